@@ -1,0 +1,16 @@
+# CorralTesting.cmake — helpers that register corral's tests with ctest.
+#
+# corral_add_check_suite(<module> SOURCES <files...> LIBS <targets...>)
+#   Builds tests/unit/test_<module> as a Check suite and registers it as ctest test unit.<module>.
+#   Tests find the shared models through CORRAL_SHARED_DIR.
+
+function(corral_add_check_suite module)
+    cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+    set(target test_${module})
+    add_executable(${target} ${ARG_SOURCES})
+    target_link_libraries(${target} PRIVATE ${ARG_LIBS} PkgConfig::CHECK)
+    add_test(NAME unit.${module} COMMAND ${target})
+    set_tests_properties(unit.${module} PROPERTIES
+        ENVIRONMENT "CORRAL_SHARED_DIR=${CORRAL_SHARED_DIR};CK_VERBOSITY=normal"
+        LABELS unit)
+endfunction()

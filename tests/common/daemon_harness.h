@@ -1,0 +1,41 @@
+/*
+ * daemon_harness.h — start a real corrald for a black-box test and stop it again.
+ *
+ * Each daemon gets a private temporary directory holding its config file, its ipc socket and its
+ * log (stderr). The binary comes from $CORRALD (set by ctest).
+ */
+#ifndef CORRAL_DAEMON_HARNESS_H
+#define CORRAL_DAEMON_HARNESS_H
+
+#include <sys/types.h>
+
+typedef struct harness_daemon {
+    pid_t pid;
+    char dir[64];          /* private temp dir */
+    char endpoint[128];    /* ipc://<dir>/sock/corral.sock */
+    char config_path[300]; /* <dir>/corral.yaml */
+    char log_path[300];    /* <dir>/corrald.log: the daemon's stderr */
+} harness_daemon;
+
+/* Write `config_body` (YAML; the harness adds `listen:` with its own endpoint unless the body
+ * already has one) and start corrald with extra_args (NULL-terminated, may be NULL). Waits up to
+ * timeout_ms for the daemon to answer a ping. Returns 0 on success; -1 with the log printed to
+ * stderr otherwise. */
+int harness_start(harness_daemon *d, const char *config_body, const char *const *extra_args,
+                  int timeout_ms);
+
+/* Send `signo` and wait up to timeout_ms for exit. Returns the exit status (0..255), 128+signal if
+ * it died of a signal, or -1 if it had to be killed after the timeout. Removes the temp dir. */
+int harness_stop(harness_daemon *d, int signo, int timeout_ms);
+
+/* Run corrald with args to completion (for --version, bad configs): captures stdout+stderr into
+ * out (NUL-terminated, truncated to size). Returns the exit status, or -1. */
+int harness_run_corrald(const char *const *args, char *out, size_t size, int timeout_ms);
+
+/* The whole log written so far, into buf (NUL-terminated). */
+void harness_read_log(const harness_daemon *d, char *buf, size_t size);
+
+/* Path of the corrald binary under test. */
+const char *harness_corrald_path(void);
+
+#endif /* CORRAL_DAEMON_HARNESS_H */

@@ -1,0 +1,172 @@
+/*
+ * test_daemon.c — black-box tests of corrald as a process: start, answer pings over real ZeroMQ,
+ * log its endpoint, survive garbage, refuse a second daemon on its endpoint, stop cleanly on
+ * SIGINT/SIGTERM, report versions, reject bad configs and flags.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "corral.h"
+#include "corral.pb-c.h"
+#include "daemon_harness.h"
+#include "testutil.h"
+
+START_TEST(test_ping_and_clean_stop_on_sigterm) {
+    harness_daemon d;
+    ck_assert_int_eq(harness_start(&d, "", NULL, 5000), 0);
+    corral_error err;
+    corral_client *c = corral_client_new(d.endpoint, &err);
+    ck_assert_ptr_nonnull(c);
+    corral_pong pong;
+    ck_assert_int_eq(corral_client_ping(c, 2000, &pong, &err), CORRAL_OK);
+    ck_assert_str_eq(pong.version, "0.1.0");
+    ck_assert_uint_eq(pong.protocol_version, 1);
+    corral_client_destroy(&c);
+
+    char log[8192];
+    harness_read_log(&d, log, sizeof log);
+    char want[400];
+    snprintf(want, sizeof want, "msg=listening endpoint=%s", d.endpoint);
+    ck_assert_msg(strstr(log, want) != NULL, "log lacks '%s':\n%s", want, log);
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 2000), 0);
+}
+END_TEST
+
+START_TEST(test_clean_stop_on_sigint) {
+    harness_daemon d;
+    ck_assert_int_eq(harness_start(&d, "", NULL, 5000), 0);
+    ck_assert_int_eq(harness_stop(&d, SIGINT, 2000), 0);
+}
+END_TEST
+
+START_TEST(test_version_reports_jemalloc_and_cpu) {
+    const char *args[] = {"--version", NULL};
+    char out[2048];
+    ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 0);
+    ck_assert_msg(strstr(out, "corrald 0.1.0") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "jemalloc 5.") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "cpu features: ") != NULL, "%s", out);
+#ifndef CORRAL_SANITIZE
+    /* Outside sanitizer builds, jemalloc must really serve malloc(). */
+    ck_assert_msg(strstr(out, "not the active allocator") == NULL, "%s", out);
+#endif
+}
+END_TEST
+
+START_TEST(test_help_lists_every_flag) {
+    const char *args[] = {"--help", NULL};
+    char out[4096];
+    ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 0);
+    const char *flags[] = {"--config",      "--listen",  "--log-level", "--check-config",
+                           "--help-config", "--version", "--help"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        ck_assert_msg(strstr(out, flags[i]) != NULL, "--help lacks %s", flags[i]);
+}
+END_TEST
+
+START_TEST(test_garbage_gets_protocol_error_and_daemon_keeps_serving) {
+    harness_daemon d;
+    ck_assert_int_eq(harness_start(&d, "", NULL, 5000), 0);
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 2000;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    ck_assert_int_eq(zmq_connect(sock, d.endpoint), 0);
+    const unsigned char garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
+    ck_assert_int_ge(zmq_send(sock, garbage, sizeof garbage, 0), 0);
+    unsigned char buf[1024];
+    int n = zmq_recv(sock, buf, sizeof buf, 0);
+    ck_assert_int_gt(n, 0);
+    Corral__V1__Response *resp = corral__v1__response__unpack(NULL, (size_t)n, buf);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__PROTOCOL);
+    corral__v1__response__free_unpacked(resp, NULL);
+
+    /* An empty (body-less) request is valid protobuf but names nothing to do. */
+    ck_assert_int_ge(zmq_send(sock, "", 0, 0), 0);
+    n = zmq_recv(sock, buf, sizeof buf, 0);
+    ck_assert_int_gt(n, 0);
+    resp = corral__v1__response__unpack(NULL, (size_t)n, buf);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__UNSUPPORTED);
+    corral__v1__response__free_unpacked(resp, NULL);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+
+    corral_error err;
+    corral_client *c = corral_client_new(d.endpoint, &err);
+    ck_assert_int_eq(corral_client_ping(c, 2000, NULL, &err), CORRAL_OK);
+    corral_client_destroy(&c);
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 2000), 0);
+}
+END_TEST
+
+START_TEST(test_second_daemon_on_same_endpoint_refused) {
+    harness_daemon d;
+    ck_assert_int_eq(harness_start(&d, "", NULL, 5000), 0);
+    char listen[300];
+    snprintf(listen, sizeof listen, "--listen=%s", d.endpoint);
+    const char *args[] = {"-c", d.config_path, listen, NULL};
+    char out[4096];
+    ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 1);
+    ck_assert_msg(strstr(out, "another corrald is listening") != NULL, "%s", out);
+    /* The first one is untouched. */
+    corral_error err;
+    corral_client *c = corral_client_new(d.endpoint, &err);
+    ck_assert_int_eq(corral_client_ping(c, 2000, NULL, &err), CORRAL_OK);
+    corral_client_destroy(&c);
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 2000), 0);
+}
+END_TEST
+
+START_TEST(test_bad_config_and_flags_exit_nonzero) {
+    char path[] = "/tmp/corral-it-cfg-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    const char *text = "log_level: info\nlimits:\n  bogus: 1\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    const char *args[] = {"-c", path, NULL};
+    char out[4096];
+    ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 1);
+    char want[128];
+    snprintf(want, sizeof want, "%s:3:3: unknown key 'limits.bogus'", path);
+    ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+    unlink(path);
+
+    const char *missing[] = {"-c", "/nonexistent/corral.yaml", NULL};
+    ck_assert_int_eq(harness_run_corrald(missing, out, sizeof out, 5000), 1);
+    ck_assert_msg(strstr(out, "/nonexistent/corral.yaml") != NULL, "%s", out);
+
+    const char *flag[] = {"--no-such-flag", NULL};
+    ck_assert_int_eq(harness_run_corrald(flag, out, sizeof out, 5000), 2);
+    const char *level[] = {"--log-level", "chatty", NULL};
+    ck_assert_int_eq(harness_run_corrald(level, out, sizeof out, 5000), 2);
+    ck_assert_msg(strstr(out, "chatty") != NULL, "%s", out);
+}
+END_TEST
+
+static Suite *daemon_suite(void) {
+    Suite *s = suite_create("daemon");
+    TCase *core = tcase_create("core");
+    tcase_set_timeout(core, 30);
+    tcase_add_test(core, test_ping_and_clean_stop_on_sigterm);
+    tcase_add_test(core, test_clean_stop_on_sigint);
+    tcase_add_test(core, test_version_reports_jemalloc_and_cpu);
+    tcase_add_test(core, test_help_lists_every_flag);
+    suite_add_tcase(s, core);
+    TCase *errors = tcase_create("errors");
+    tcase_set_timeout(errors, 30);
+    tcase_add_test(errors, test_garbage_gets_protocol_error_and_daemon_keeps_serving);
+    tcase_add_test(errors, test_second_daemon_on_same_endpoint_refused);
+    tcase_add_test(errors, test_bad_config_and_flags_exit_nonzero);
+    suite_add_tcase(s, errors);
+    return s;
+}
+
+CORRAL_CHECK_MAIN(daemon_suite)
