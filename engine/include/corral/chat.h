@@ -1,0 +1,141 @@
+/*
+ * chat.h — chat templates: turning a conversation into the prompt text a chat model expects.
+ *
+ * The formats are llama.cpp's built-in templates (src/llama-chat.cpp, llm_chat_apply_template,
+ * and the expectations in tests/test-chat-template.cpp), reproduced byte for byte. corral does
+ * not run Jinja: like llama.cpp's legacy path, it recognises a model's GGUF
+ * `tokenizer.chat_template` by signature substrings (chat_template_detect) and renders the
+ * matching built-in format.
+ *
+ * A rendered prompt is not one string but a sequence of segments. Scaffold segments are the
+ * template's own text (`<|im_start|>`, `[INST] `, role names, separators): the tokenizer must
+ * parse special-token text in them. Content segments are the messages' text: the tokenizer must
+ * NOT parse special tokens in them, so a user who types `<|im_end|>` gets the characters, never
+ * the control token. To get llama.cpp's tokens, tokenize the concatenated text the way
+ * llama_tokenize(parse_special = true) does, except that special-token strings are only
+ * recognised inside scaffold segments: plain text that runs across a segment boundary is one
+ * fragment, as it is in llama.cpp. The result then equals llama.cpp's
+ * llama_chat_apply_template + llama_tokenize(add_special = true, parse_special = true) for every
+ * conversation whose content contains no special-token text.
+ *
+ * BOS: no template's text starts with the BOS token (llama.cpp's output does not contain
+ * `<s>`, `<|begin_of_text|>` or `<bos>` at the start either); BOS is added by the tokenizer
+ * according to the vocabulary's add_bos flag, as llama_tokenize(add_special = true) does. The
+ * only BOS text in a template is llama2-sys-bos's `<s>` before every later `[INST]`, a scaffold
+ * segment, so it becomes the BOS token.
+ *
+ * The templates (S = system, U = user, A = assistant content; "gen" = add_generation_prompt):
+ *   none            S, U and A concatenated, nothing else (raw completion); gen adds nothing.
+ *   chatml          <|im_start|>ROLE\nTEXT<|im_end|>\n per message; gen: <|im_start|>assistant\n
+ *   llama2          "[INST] " S "\n" U " [/INST]" A "</s>" "[INST] " U " [/INST]" ... — the system
+ *                   message is folded into the first [INST]. No gen text: the prompt ends in
+ *                   " [/INST]". Variants (as llama.cpp):
+ *     llama2-sys        S becomes "<<SYS>>\n" S "\n<</SYS>>\n\n";
+ *     llama2-sys-bos    as llama2-sys, and every [INST] after the first is preceded by <s>;
+ *     llama2-sys-strip  as llama2-sys, with every message's content trimmed of whitespace.
+ *   llama3          <|start_header_id|>ROLE<|end_header_id|>\n\nTRIMMED<|eot_id|> per message;
+ *                   gen: <|start_header_id|>assistant<|end_header_id|>\n\n
+ *   mistral-v1      Mistral's official "v1" template (Mistral-7B-Instruct v0.1/v0.2 with a
+ *                   system prompt; llama.cpp's LLM_CHAT_TEMPLATE_MISTRAL_V1):
+ *                   " [INST] " S "\n\n" U " [/INST]" " " A "</s>" " [INST] " U " [/INST]" ...;
+ *                   no gen text. Also accepted by name as "mistral-instruct".
+ *     mistral-v3        "[INST] " S "\n\n" U "[/INST]" " " TRIMMED-A "</s>" ... (v0.3);
+ *     mistral-v3-tekken "[INST]" S "\n\n" U "[/INST]" A "</s>" ... (Mistral Nemo).
+ *   phi3            <|ROLE|>\nTEXT<|end|>\n per message; gen: <|assistant|>\n
+ *   gemma           <start_of_turn>ROLE\nTRIMMED<end_of_turn>\n with assistant called "model";
+ *                   gemma has no system role: trimmed system text (several are joined with
+ *                   nothing between them) is put before the next user message, followed by
+ *                   "\n\n". gen: <start_of_turn>model\n
+ *   zephyr          <|ROLE|>\nTEXT<|endoftext|>\n per message; gen: <|assistant|>\n
+ *                   (StableLM-2-Zephyr's format, as llama.cpp writes it).
+ * Trimming removes ASCII whitespace (space, \t, \n, \v, \f, \r) at both ends, as llama.cpp.
+ */
+#ifndef CORRAL_CHAT_H
+#define CORRAL_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "corral/status.h"
+
+typedef enum chat_template {
+    CHAT_TEMPLATE_UNKNOWN = -1, /* detection found no supported template */
+    CHAT_TEMPLATE_NONE = 0,
+    CHAT_TEMPLATE_CHATML = 1,
+    CHAT_TEMPLATE_LLAMA2 = 2,
+    CHAT_TEMPLATE_LLAMA2_SYS = 3,
+    CHAT_TEMPLATE_LLAMA2_SYS_BOS = 4,
+    CHAT_TEMPLATE_LLAMA2_SYS_STRIP = 5,
+    CHAT_TEMPLATE_LLAMA3 = 6,
+    CHAT_TEMPLATE_MISTRAL_V1 = 7,
+    CHAT_TEMPLATE_MISTRAL_V3 = 8,
+    CHAT_TEMPLATE_MISTRAL_V3_TEKKEN = 9,
+    CHAT_TEMPLATE_PHI3 = 10,
+    CHAT_TEMPLATE_GEMMA = 11,
+    CHAT_TEMPLATE_ZEPHYR = 12,
+    CHAT_TEMPLATE_COUNT
+} chat_template;
+
+/* One message. `role` is "system", "user" or "assistant"; both strings are borrowed for the call
+ * and must be NUL-terminated UTF-8 (not checked: bytes are passed through). */
+typedef struct chat_message {
+    const char *role;
+    const char *content;
+} chat_message;
+
+/* A piece of a rendered prompt: `len` bytes at `text` (not NUL-terminated: segments are
+ * consecutive ranges of chat_prompt_text); `is_scaffold` tells whether special tokens may be
+ * parsed in it (see the header comment). */
+typedef struct chat_segment {
+    const char *text;
+    size_t len;
+    bool is_scaffold;
+} chat_segment;
+
+typedef struct chat_prompt chat_prompt;
+
+/* Recognise a template from a GGUF `tokenizer.chat_template` (Jinja source) by llama.cpp's
+ * signature substrings, in llama.cpp's order (llm_chat_detect_template): a source that is exactly
+ * a template name gives that template; "<|im_start|>" → chatml (but phi-4's "<|im_sep|>" and
+ * SmolVLM's "<end_of_utterance>" → unknown); "[INST]" (or a source starting with "mistral") →
+ * the mistral or llama2 variant its further cues select (mistral v7's "[SYSTEM_PROMPT]" →
+ * unknown); "<|assistant|>" with "<|end|>" → phi3; "<|user|>" with "<|endoftext|>" → zephyr;
+ * "<start_of_turn>" → gemma; "<|start_header_id|>" with "<|end_header_id|>" → llama3. Templates
+ * that llama.cpp recognises as formats corral does not render (falcon3, glmedge, chatglm,
+ * monarch, orion, openchat, vicuna, deepseek, command-r, ...) give CHAT_TEMPLATE_UNKNOWN, as do
+ * NULL and anything unrecognised; the caller chooses the fallback. Thread-safe. */
+chat_template chat_template_detect(const char *jinja_source);
+
+/* The template called `name` ("chatml", "llama2", "llama2-sys", "llama2-sys-bos",
+ * "llama2-sys-strip", "llama3", "mistral-v1" or its alias "mistral-instruct", "mistral-v3",
+ * "mistral-v3-tekken", "phi3", "gemma", "zephyr", "none"), for configuration overrides. Unknown
+ * names give CHAT_TEMPLATE_UNKNOWN and fill err (may be NULL) with CORRAL_NOT_FOUND and a message
+ * naming the name. Thread-safe. */
+chat_template chat_template_from_name(const char *name, corral_error *err);
+
+/* The canonical name of a template ("mistral-v1"), or NULL for CHAT_TEMPLATE_UNKNOWN and
+ * out-of-range values. Thread-safe; the string is static. */
+const char *chat_template_name(chat_template tmpl);
+
+/* Render n messages with `tmpl`; add_generation_prompt appends the assistant header where the
+ * template has one. n may be 0 (the result is whatever the template produces for an empty
+ * conversation, possibly no segments). Caller owns the result (chat_prompt_destroy). Returns
+ * NULL and fills err with CORRAL_INVALID_ARGUMENT for an unknown template value, `messages` NULL
+ * with n > 0, a NULL role or content, or a role other than system/user/assistant (the message
+ * names the message index and the role); CORRAL_OUT_OF_MEMORY if allocation fails.
+ * Thread-safe (no shared state). */
+chat_prompt *chat_prompt_new(chat_template tmpl, const chat_message *messages, size_t n,
+                             bool add_generation_prompt, corral_error *err);
+
+/* Free the prompt and set *p to NULL. NULL-safe (p or *p). */
+void chat_prompt_destroy(chat_prompt **p);
+
+/* The segments, in order: *count receives their number. Never two adjacent segments of the same
+ * kind, never an empty one. Borrowed: valid until the prompt is destroyed. */
+const chat_segment *chat_prompt_segments(const chat_prompt *p, size_t *count);
+
+/* The whole prompt as one NUL-terminated string (all segments concatenated), for logs and tests;
+ * *len (may be NULL) receives its length. Borrowed: valid until the prompt is destroyed. */
+const char *chat_prompt_text(const chat_prompt *p, size_t *len);
+
+#endif /* CORRAL_CHAT_H */
