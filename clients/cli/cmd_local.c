@@ -1,0 +1,461 @@
+/*
+ * cmd_local.c — the engine's own tools, no daemon needed: `corral run-local`,
+ * `corral tokenize-local` and `corral perplexity`. They use the same engine code as corrald.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "corral/chat.h"
+#include "corral/eval.h"
+#include "corral/generate.h"
+#include "corral/model.h"
+#include "corral/prompt.h"
+#include "corral/tokenizer.h"
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Read all of a stream into a malloc'ed buffer (*len bytes, NUL-terminated). */
+static char *read_all(FILE *fp, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, fp);
+        if (n < cap) break;
+        cap *= 2;
+        char *grown = realloc(buf, cap + 1);
+        if (!grown) free(buf);
+        buf = grown;
+    }
+    if (!buf || ferror(fp)) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static void print_ids(FILE *out, const char *label, const int32_t *ids, size_t n) {
+    fprintf(out, "%s:", label);
+    for (size_t i = 0; i < n; i++) fprintf(out, " %d", ids[i]);
+    fputc('\n', out);
+}
+
+/* ---- run-local ------------------------------------------------------------------------------ */
+
+static void run_local_usage(FILE *out) {
+    fprintf(out,
+            "usage: corral run-local MODEL.gguf -p PROMPT [options]\n"
+            "\n"
+            "Generate text with a model file in this process. The prompt (as given) and the\n"
+            "generated text go to stdout; statistics (prompt and generation tokens/s, memory) to\n"
+            "stderr.\n"
+            "\n"
+            "options:\n"
+            "  -p, --prompt TEXT       the prompt (required)\n"
+            "  -n, --max-tokens N      tokens to generate (default 128; 0 = until the end)\n"
+            "      --temp T            temperature (default 0.8; 0 = greedy)\n"
+            "      --top-k K           (default 40; 0 = off)\n"
+            "      --top-p P           (default 0.95; 1 = off)\n"
+            "      --min-p P           (default 0.05; 0 = off)\n"
+            "      --repeat-penalty R  (default 1 = off)\n"
+            "      --seed S            sampling seed (default: from the clock)\n"
+            "      --stop TEXT         stop before this text (repeatable)\n"
+            "  -c, --ctx N             context size (default: the model's, at most 4096)\n"
+            "      --chat              treat the prompt as a user message in the model's chat\n"
+            "                          template (and print only the reply)\n"
+            "      --system TEXT       system message for --chat\n"
+            "      --template NAME     chat template instead of the model's (chatml, llama2,\n"
+            "                          llama3, mistral-v1, phi3, gemma, zephyr, ...)\n"
+            "      --ignore-eos        keep generating past end-of-generation tokens\n"
+            "      --ids               also print the prompt and generated token ids (stderr)\n"
+            "      --kv f16|f32        KV cache type (default f16)\n"
+            "      --reference         exact F32 reference arithmetic (slow; for checking)\n");
+}
+
+int cmd_run_local(int argc, char **argv) {
+    enum {
+        OPT_TEMP = 256,
+        OPT_TOP_K,
+        OPT_TOP_P,
+        OPT_MIN_P,
+        OPT_REPEAT,
+        OPT_SEED,
+        OPT_STOP,
+        OPT_CHAT,
+        OPT_SYSTEM,
+        OPT_TEMPLATE,
+        OPT_IGNORE_EOS,
+        OPT_IDS,
+        OPT_KV,
+        OPT_REFERENCE,
+        OPT_HELP
+    };
+    static const struct option options[] = {
+        {"prompt", required_argument, NULL, 'p'},
+        {"max-tokens", required_argument, NULL, 'n'},
+        {"ctx", required_argument, NULL, 'c'},
+        {"temp", required_argument, NULL, OPT_TEMP},
+        {"top-k", required_argument, NULL, OPT_TOP_K},
+        {"top-p", required_argument, NULL, OPT_TOP_P},
+        {"min-p", required_argument, NULL, OPT_MIN_P},
+        {"repeat-penalty", required_argument, NULL, OPT_REPEAT},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"stop", required_argument, NULL, OPT_STOP},
+        {"chat", no_argument, NULL, OPT_CHAT},
+        {"system", required_argument, NULL, OPT_SYSTEM},
+        {"template", required_argument, NULL, OPT_TEMPLATE},
+        {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+        {"ids", no_argument, NULL, OPT_IDS},
+        {"kv", required_argument, NULL, OPT_KV},
+        {"reference", no_argument, NULL, OPT_REFERENCE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *prompt = NULL, *system = NULL, *template_name = NULL;
+    const char *stops[16];
+    size_t n_stops = 0;
+    long max_tokens = 128, n_ctx = 0;
+    int chat = 0, show_ids = 0, seed_given = 0;
+    gen_params gp = gen_params_default();
+    model_params mp = model_params_default();
+    kv_type kvt = KV_TYPE_F16;
+    double d;
+    long l;
+
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "p:n:c:", options, NULL)) != -1) {
+        switch (opt) {
+            case 'p':
+                prompt = optarg;
+                break;
+            case 'n':
+                if (cli_parse_long(optarg, 0, 1 << 20, &max_tokens))
+                    return cli_fail("run-local", "-n: '%s' is not a count", optarg), 2;
+                break;
+            case 'c':
+                if (cli_parse_long(optarg, 1, 1 << 24, &n_ctx))
+                    return cli_fail("run-local", "--ctx: '%s' is not a size", optarg), 2;
+                break;
+            case OPT_TEMP:
+                if (cli_parse_double(optarg, 0, 100, &d))
+                    return cli_fail("run-local", "--temp: '%s' is not in [0, 100]", optarg), 2;
+                gp.sampling.temperature = (float)d;
+                break;
+            case OPT_TOP_K:
+                if (cli_parse_long(optarg, 0, 1 << 24, &l))
+                    return cli_fail("run-local", "--top-k: '%s' is not a count", optarg), 2;
+                gp.sampling.top_k = (int32_t)l;
+                break;
+            case OPT_TOP_P:
+                if (cli_parse_double(optarg, 0, 1, &d))
+                    return cli_fail("run-local", "--top-p: '%s' is not in (0, 1]", optarg), 2;
+                gp.sampling.top_p = (float)d;
+                break;
+            case OPT_MIN_P:
+                if (cli_parse_double(optarg, 0, 1, &d))
+                    return cli_fail("run-local", "--min-p: '%s' is not in [0, 1]", optarg), 2;
+                gp.sampling.min_p = (float)d;
+                break;
+            case OPT_REPEAT:
+                if (cli_parse_double(optarg, 0, 100, &d))
+                    return cli_fail("run-local", "--repeat-penalty: '%s' is not valid", optarg), 2;
+                gp.sampling.repeat_penalty = (float)d;
+                break;
+            case OPT_SEED:
+                if (cli_parse_long(optarg, 0, 0x7fffffffffffffffL, &l))
+                    return cli_fail("run-local", "--seed: '%s' is not a number", optarg), 2;
+                gp.sampling.seed = (uint64_t)l;
+                seed_given = 1;
+                break;
+            case OPT_STOP:
+                if (n_stops == sizeof stops / sizeof stops[0])
+                    return cli_fail("run-local", "at most 16 --stop strings"), 2;
+                stops[n_stops++] = optarg;
+                break;
+            case OPT_CHAT:
+                chat = 1;
+                break;
+            case OPT_SYSTEM:
+                system = optarg;
+                break;
+            case OPT_TEMPLATE:
+                template_name = optarg;
+                break;
+            case OPT_IGNORE_EOS:
+                gp.ignore_eog = 1;
+                break;
+            case OPT_IDS:
+                show_ids = 1;
+                break;
+            case OPT_KV:
+                if (strcmp(optarg, "f16") == 0)
+                    kvt = KV_TYPE_F16;
+                else if (strcmp(optarg, "f32") == 0)
+                    kvt = KV_TYPE_F32;
+                else
+                    return cli_fail("run-local", "--kv: '%s' is not f16 or f32", optarg), 2;
+                break;
+            case OPT_REFERENCE:
+                mp.compute = MODEL_COMPUTE_REFERENCE;
+                break;
+            case OPT_HELP:
+                run_local_usage(stdout);
+                return 0;
+            default:
+                run_local_usage(stderr);
+                return 2;
+        }
+    }
+    if (optind != argc - 1 || !prompt) {
+        run_local_usage(stderr);
+        return 2;
+    }
+    if ((system || template_name) && !chat)
+        return cli_fail("run-local", "--system and --template need --chat"), 2;
+    const char *path = argv[optind];
+    if (!seed_given) gp.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    gp.max_tokens = (uint32_t)max_tokens;
+    gp.stop = stops;
+    gp.n_stop = n_stops;
+
+    struct timespec t_load;
+    clock_gettime(CLOCK_MONOTONIC, &t_load);
+    corral_error err;
+    model *m = model_load(path, &mp, &err);
+    if (!m) return cli_fail("run-local", "%s", err.message);
+    const double load_s = seconds_since(&t_load);
+    const model_hparams *hp = model_get_hparams(m);
+    const tokenizer *tok = model_get_tokenizer(m);
+
+    int status = 1;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    kv_cache *kv = NULL;
+    model_runner *r = NULL;
+    generator *g = NULL;
+    if (chat) {
+        chat_template tmpl;
+        if (template_name) {
+            tmpl = chat_template_from_name(template_name, &err);
+            if (tmpl == CHAT_TEMPLATE_UNKNOWN) {
+                cli_fail("run-local", "%s", err.message);
+                goto done;
+            }
+        } else {
+            tmpl = prompt_file_chat_template(model_get_gguf(m));
+        }
+        chat_message msgs[2];
+        size_t n_msgs = 0;
+        if (system) msgs[n_msgs++] = (chat_message){.role = "system", .content = system};
+        msgs[n_msgs++] = (chat_message){.role = "user", .content = prompt};
+        if (prompt_tokenize_chat(tok, tmpl, msgs, n_msgs, &ids, &n_ids, &err) != CORRAL_OK) {
+            cli_fail("run-local", "%s", err.message);
+            goto done;
+        }
+    } else if (prompt_tokenize_text(tok, prompt, strlen(prompt), &ids, &n_ids, &err) != CORRAL_OK) {
+        cli_fail("run-local", "%s", err.message);
+        goto done;
+    }
+    if (n_ids == 0) {
+        cli_fail("run-local", "the prompt is empty and the model adds no BOS token");
+        goto done;
+    }
+    uint32_t ctx = n_ctx ? (uint32_t)n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (ctx > hp->n_ctx_train) {
+        cli_fail("run-local", "--ctx %u exceeds the model's context of %u", ctx, hp->n_ctx_train);
+        goto done;
+    }
+    if (n_ids >= ctx) {
+        cli_fail("run-local", "the prompt has %zu tokens; the context holds %u", n_ids, ctx);
+        goto done;
+    }
+    kv = kv_cache_new(m, ctx, kvt, &err);
+    r = kv ? model_runner_new(m, 0, &err) : NULL;
+    g = r ? gen_new(m, r, kv, &gp, &err) : NULL;
+    if (!g) {
+        cli_fail("run-local", "%s", err.message);
+        goto done;
+    }
+    if (show_ids) print_ids(stderr, "prompt_ids", ids, n_ids);
+    if (!chat) {
+        fputs(prompt, stdout);
+        fflush(stdout);
+    }
+    if (gen_prefill(g, ids, (uint32_t)n_ids, &err) != CORRAL_OK) {
+        cli_fail("run-local", "%s", err.message);
+        goto done;
+    }
+    int32_t *out_ids = malloc(((size_t)max_tokens + 1) * sizeof *out_ids);
+    size_t n_out = 0;
+    gen_token t;
+    do {
+        if (gen_next(g, &t, &err) != CORRAL_OK) {
+            free(out_ids);
+            cli_fail("run-local", "%s", err.message);
+            goto done;
+        }
+        if (t.id >= 0 && out_ids && (max_tokens == 0 || n_out < (size_t)max_tokens + 1))
+            out_ids[n_out++] = t.id;
+        fwrite(t.text, 1, t.len, stdout);
+        fflush(stdout);
+        if (max_tokens == 0 && out_ids && n_out % 1024 == 0) {
+            int32_t *grown = realloc(out_ids, (n_out + 1025) * sizeof *out_ids);
+            if (!grown) free(out_ids);
+            out_ids = grown;
+        }
+    } while (t.stop == GEN_STOP_NONE);
+    fputc('\n', stdout);
+    if (show_ids && out_ids) print_ids(stderr, "generated_ids", out_ids, n_out);
+    free(out_ids);
+
+    const gen_stats *s = gen_get_stats(g);
+    fprintf(stderr,
+            "\nstop: %s\nload: %.1f ms\nprompt: %u tokens, %.1f tok/s\n"
+            "generation: %u tokens, %.1f tok/s\n"
+            "memory: weights %.1f MiB (mapped), KV cache %.1f MiB (%s, %u positions)\n",
+            gen_stop_name(t.stop), load_s * 1e3, s->n_prompt,
+            s->prefill_ns ? s->n_prompt / (s->prefill_ns * 1e-9) : 0.0, s->n_generated,
+            s->decode_ns ? s->n_generated / (s->decode_ns * 1e-9) : 0.0,
+            model_weight_bytes(m) / 1048576.0, kv_cache_bytes(kv) / 1048576.0,
+            kvt == KV_TYPE_F16 ? "f16" : "f32", ctx);
+    status = 0;
+done:
+    gen_destroy(&g);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    free(ids);
+    model_destroy(&m);
+    return status;
+}
+
+/* ---- tokenize-local ------------------------------------------------------------------------- */
+
+int cmd_tokenize_local(int argc, char **argv) {
+    int parse_special = 0, no_bos = 0;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--parse-special") == 0)
+            parse_special = 1;
+        else if (strcmp(argv[i], "--no-bos") == 0)
+            no_bos = 1;
+        else if (strcmp(argv[i], "--help") == 0)
+            path = NULL, argc = -1;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return cli_fail("tokenize-local", "unknown option %s", argv[i]), 2;
+        else if (!path)
+            path = argv[i];
+        else
+            return cli_fail("tokenize-local", "unexpected argument %s", argv[i]), 2;
+    }
+    if (!path) {
+        fprintf(argc < 0 ? stdout : stderr,
+                "usage: corral tokenize-local MODEL.gguf [--parse-special] [--no-bos] < TEXT\n\n"
+                "Print the token ids of stdin's text, exactly as given (no newline added or\n"
+                "removed), space-separated. --no-bos: add no BOS/EOS. --parse-special: match\n"
+                "control tokens written in the text (never do this for user input).\n");
+        return argc < 0 ? 0 : 2;
+    }
+    size_t len = 0;
+    char *text = read_all(stdin, &len);
+    if (!text) return cli_fail("tokenize-local", "cannot read stdin");
+    corral_error err;
+    gguf_file *f = gguf_open(path, &err);
+    tokenizer *tok = f ? tok_new_from_gguf(f, &err) : NULL;
+    int status = 1;
+    if (!tok) {
+        cli_fail("tokenize-local", "%s", err.message);
+    } else {
+        uint32_t flags = (no_bos ? 0 : TOK_ADD_SPECIAL) | (parse_special ? TOK_PARSE_SPECIAL : 0);
+        size_t n = 0;
+        int32_t *ids = NULL;
+        corral_status st = tok_encode(tok, text, len, flags, NULL, 0, &n, &err);
+        if (st == CORRAL_RESOURCE_EXHAUSTED || st == CORRAL_OK) {
+            ids = malloc((n ? n : 1) * sizeof *ids);
+            st = ids ? tok_encode(tok, text, len, flags, ids, n, &n, &err) : CORRAL_OUT_OF_MEMORY;
+        }
+        if (st != CORRAL_OK) {
+            cli_fail("tokenize-local", "%s", err.message);
+        } else {
+            for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+            printf("\n");
+            status = 0;
+        }
+        free(ids);
+    }
+    tok_destroy(&tok);
+    gguf_destroy(&f);
+    free(text);
+    return status;
+}
+
+/* ---- perplexity ----------------------------------------------------------------------------- */
+
+int cmd_perplexity(int argc, char **argv) {
+    const char *path = NULL, *text_path = NULL;
+    long n_ctx = 512;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-f") == 0 && i + 1 < argc)
+            text_path = argv[++i];
+        else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
+            if (cli_parse_long(argv[++i], 16, 1 << 20, &n_ctx))
+                return cli_fail("perplexity", "-c: '%s' is not a context size", argv[i]), 2;
+        } else if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: corral perplexity MODEL.gguf -f TEXT [-c CTX]\n\n"
+                   "Perplexity of the model over the text, computed as llama-perplexity does:\n"
+                   "non-overlapping chunks of CTX tokens (default 512), each scored on its second\n"
+                   "half. Needs a text of at least 2*CTX tokens.\n");
+            return 0;
+        } else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else
+            return cli_fail("perplexity", "unexpected argument %s (see --help)", argv[i]), 2;
+    }
+    if (!path || !text_path)
+        return cli_fail("perplexity", "need MODEL.gguf and -f TEXT (see --help)"), 2;
+    FILE *fp = fopen(text_path, "rb");
+    if (!fp) return cli_fail("perplexity", "cannot open %s", text_path);
+    size_t len = 0;
+    char *text = read_all(fp, &len);
+    fclose(fp);
+    if (!text) return cli_fail("perplexity", "cannot read %s", text_path);
+
+    corral_error err;
+    model *m = model_load(path, NULL, &err);
+    int status = 1;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (!m) {
+        cli_fail("perplexity", "%s", err.message);
+    } else if (prompt_tokenize_text(model_get_tokenizer(m), text, len, &ids, &n_ids, &err) !=
+               CORRAL_OK) {
+        cli_fail("perplexity", "%s", err.message);
+    } else {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        eval_perplexity_result res;
+        if (eval_perplexity(m, ids, n_ids, (uint32_t)n_ctx, &res, &err) != CORRAL_OK) {
+            cli_fail("perplexity", "%s", err.message);
+        } else {
+            printf("%.4f\n", res.perplexity);
+            fprintf(stderr, "perplexity %.4f over %u chunks of %ld tokens (%llu scored), %.2f s\n",
+                    res.perplexity, res.n_chunks, n_ctx, (unsigned long long)res.n_scored,
+                    seconds_since(&t0));
+            status = 0;
+        }
+    }
+    free(ids);
+    free(text);
+    model_destroy(&m);
+    return status;
+}

@@ -1,0 +1,82 @@
+/*
+ * main.c — `corral`: dispatch to subcommands, global help and version.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "corral/log.h"
+#include "corral/version.h"
+
+typedef struct cli_command {
+    const char *name;
+    cli_command_fn fn;
+    const char *summary;
+} cli_command;
+
+static const cli_command cli_commands[] = {
+    {"run-local", cmd_run_local, "generate text with a model file, no daemon needed"},
+    {"tokenize-local", cmd_tokenize_local, "print the token ids of stdin's text for a model file"},
+    {"perplexity", cmd_perplexity, "perplexity of a model file over a text file"},
+    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensors"},
+};
+
+static void print_usage(FILE *out) {
+    fprintf(out, "usage: corral <command> [options]   (corral <command> --help for details)\n\n"
+                 "commands:\n");
+    for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
+        fprintf(out, "  %-16s %s\n", cli_commands[i].name, cli_commands[i].summary);
+    fprintf(out, "\nenvironment: CORRAL_LOG_LEVEL (error, warn, info, debug, trace)\n");
+}
+
+int cli_fail(const char *cmd, const char *fmt, ...) {
+    fprintf(stderr, "corral %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+int cli_parse_long(const char *text, long min, long max, long *out) {
+    if (!text || !*text) return -1;
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (*end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *text, double min, double max, double *out) {
+    if (!text || !*text) return -1;
+    char *end;
+    double v = strtod(text, &end);
+    if (*end || !(v >= min && v <= max)) return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    log_set_level(LOG_LEVEL_WARN);
+    if (log_level_from_env() != 0) {
+        fprintf(stderr, "corral: CORRAL_LOG_LEVEL is not one of error, warn, info, debug, trace\n");
+        return 2;
+    }
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        print_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("corral %s\n", CORRAL_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
+        if (strcmp(argv[1], cli_commands[i].name) == 0)
+            return cli_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "corral: unknown command '%s'\n\n", argv[1]);
+    print_usage(stderr);
+    return 2;
+}

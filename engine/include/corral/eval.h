@@ -1,0 +1,31 @@
+/*
+ * eval.h — evaluating a model on text: perplexity, computed exactly as llama.cpp's
+ * llama-perplexity does, so that users can compare a model file or a quantization with figures
+ * published for llama.cpp.
+ */
+#ifndef CORRAL_EVAL_H
+#define CORRAL_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "corral/model.h"
+#include "corral/status.h"
+
+typedef struct eval_perplexity_result {
+    double perplexity; /* exp(mean negative log-likelihood) */
+    double nll;        /* mean negative log-likelihood, nats per token */
+    uint32_t n_chunks; /* chunks of n_ctx tokens evaluated */
+    uint64_t n_scored; /* tokens whose likelihood was counted */
+} eval_perplexity_result;
+
+/* Perplexity of `tokens` (the whole text tokenized once, with BOS) in non-overlapping chunks of
+ * n_ctx tokens: the remainder is dropped; each chunk's first token is replaced by BOS and the
+ * chunk is evaluated from an empty KV cache; the predictions of tokens n_ctx/2+1 .. n_ctx-1 of
+ * each chunk are scored (the first half only provides context). Needs at least 2 chunks and
+ * 16 <= n_ctx <= the model's context: CORRAL_INVALID_ARGUMENT otherwise, naming the numbers.
+ * Uses its own KV cache (F32) and runner. */
+corral_status eval_perplexity(const model *m, const int32_t *tokens, size_t n_tokens,
+                              uint32_t n_ctx, eval_perplexity_result *out, corral_error *err);
+
+#endif /* CORRAL_EVAL_H */

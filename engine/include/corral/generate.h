@@ -1,0 +1,93 @@
+/*
+ * generate.h — one generation, step by step: prompt prefill, then one token per gen_next().
+ *
+ * A generator ties together a model, a runner (scratch), a KV cache (the sequence), a sampler, a
+ * streaming detokenizer and a stop-string matcher. It is a state machine rather than a loop so
+ * that the daemon's scheduler can interleave many generations at token boundaries: every call
+ * does a bounded amount of work (one forward pass at most) and returns.
+ *
+ * The token sampled by gen_next is run through the model at the start of the *next* gen_next
+ * (its logits are only needed then), so the last token of a finished generation costs nothing;
+ * its position is not in the KV cache. Text is emitted only when it is certain: complete UTF-8
+ * characters, and never a possible beginning of a stop string.
+ */
+#ifndef CORRAL_GENERATE_H
+#define CORRAL_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "corral/model.h"
+#include "corral/sampler.h"
+#include "corral/status.h"
+
+/* Why a generation ended. Append only: the protocol carries these numbers. */
+typedef enum gen_stop {
+    GEN_STOP_NONE = 0,       /* still running */
+    GEN_STOP_EOG = 1,        /* the model produced an end-of-generation token */
+    GEN_STOP_MAX_TOKENS = 2, /* max_tokens were generated */
+    GEN_STOP_STRING = 3,     /* a stop string appeared (it is not part of the text) */
+    GEN_STOP_CONTEXT = 4,    /* the KV cache's context is full */
+    GEN_STOP_CONSTRAINT = 5, /* the logit processor allowed no token (or no more text) */
+} gen_stop;
+
+/* "eog", "max_tokens", "stop_string", "context_full", "constraint", "running". */
+const char *gen_stop_name(gen_stop stop);
+
+typedef struct gen_params {
+    sampler_params sampling;
+    uint32_t max_tokens;     /* 0: until end-of-generation or a full context */
+    const char *const *stop; /* stop strings (copied by gen_new) */
+    size_t n_stop;
+    int ignore_eog;                     /* keep going past end-of-generation tokens */
+    const sampler_processor *processor; /* optional; borrowed for the generator's life */
+} gen_params;
+
+/* Defaults: the sampler's defaults, no limit, no stop strings. */
+gen_params gen_params_default(void);
+
+/* What one gen_next produced. */
+typedef struct gen_token {
+    int32_t id;       /* the token sampled this step; -1 when none was (context full, constraint) */
+    const char *text; /* bytes that may be emitted now; borrowed until the next call */
+    size_t len;
+    gen_stop stop; /* GEN_STOP_NONE while running; otherwise the generation is over */
+} gen_token;
+
+/* Counters, for statistics and the protocol's Done message. */
+typedef struct gen_stats {
+    uint32_t n_prompt;    /* tokens prefilled through this generator */
+    uint32_t n_generated; /* tokens sampled (an end-of-generation token counts) */
+    uint64_t prefill_ns;  /* time in forward passes over the prompt */
+    uint64_t decode_ns;   /* time in forward passes and sampling of generated tokens */
+} gen_stats;
+
+typedef struct generator generator;
+
+/* A generator over (m, r, kv), which it borrows: they must outlive it, and kv is extended by it.
+ * Validates the sampling parameters and stop strings. Caller owns the result (gen_destroy). */
+generator *gen_new(const model *m, model_runner *r, kv_cache *kv, const gen_params *params,
+                   corral_error *err);
+
+/* NULL-safe; sets *g to NULL. */
+void gen_destroy(generator **g);
+
+/* Run prompt tokens through the model (appending them to the KV cache); may be called several
+ * times with consecutive slices of a long prompt, before the first gen_next. Returns the
+ * model_forward errors, or CORRAL_FAILED_PRECONDITION after gen_next has been called. */
+corral_status gen_prefill(generator *g, const int32_t *ids, uint32_t n, corral_error *err);
+
+/* Produce the next token. Before the first call at least one token must have been prefilled, or
+ * the KV cache must already hold a sequence whose last logits were computed by gen_prefill.
+ * Returns CORRAL_OK with *out filled (out->stop tells whether the generation is over; the final
+ * call's text holds whatever was still held back), CORRAL_FAILED_PRECONDITION when called after
+ * the end or before any prefill, or a model error. */
+corral_status gen_next(generator *g, gen_token *out, corral_error *err);
+
+/* End the generation early (cancellation): releases held-back text into *out with
+ * stop = reason. Further gen_next calls fail. */
+void gen_finish(generator *g, gen_stop reason, gen_token *out);
+
+const gen_stats *gen_get_stats(const generator *g);
+
+#endif /* CORRAL_GENERATE_H */

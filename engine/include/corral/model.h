@@ -1,0 +1,139 @@
+/*
+ * model.h — a loaded model, its per-sequence KV caches, and the forward pass.
+ *
+ * Three objects with separate lifetimes, in the manner of llama2.c's Config/Weights/RunState:
+ *   model        the hyperparameters, the tokenizer and the weights. The weights are the GGUF
+ *                file's own bytes, memory-mapped read-only: loading copies nothing. Immutable after
+ *                model_load, so one model can serve many threads and sequences.
+ *   kv_cache     the attention keys and values of one sequence (a conversation), with the number
+ *                of positions filled; it can be extended, truncated and copied.
+ *   model_runner scratch buffers for one forward pass at a time (sized for a batch of tokens).
+ *                One per thread of work; a runner can serve any number of kv caches in turn.
+ *
+ * Architectures are rows of a table (engine/src/arch.c): llama (Llama 2/3, TinyLlama, SmolLM,
+ * Mistral) and qwen2. An unknown general.architecture is an error naming it.
+ */
+#ifndef CORRAL_MODEL_H
+#define CORRAL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "corral/gguf.h"
+#include "corral/status.h"
+#include "corral/tokenizer.h"
+
+/* How matrix products are computed. */
+typedef enum model_compute {
+    /* Activations quantized per block to the weight's partner type, as llama.cpp does; the
+     * integer dot products of the type's kernel. The default. */
+    MODEL_COMPUTE_FAST = 0,
+    /* Weights dequantized to F32 and activations never rounded: the exact reference. Slower;
+     * used to pin down layouts and numerics in tests. */
+    MODEL_COMPUTE_REFERENCE = 1,
+} model_compute;
+
+/* Element type of the KV cache. */
+typedef enum kv_type {
+    KV_TYPE_F16 = 0, /* default: half the memory */
+    KV_TYPE_F32 = 1,
+} kv_type;
+
+typedef struct model_params {
+    model_compute compute;
+} model_params;
+
+/* Hyperparameters read from the file (keys `<arch>.*`), with derived values. */
+typedef struct model_hparams {
+    char arch[32];         /* general.architecture */
+    char name[128];        /* general.name, or "" */
+    uint32_t n_vocab;      /* rows of token_embd */
+    uint32_t n_ctx_train;  /* <arch>.context_length */
+    uint32_t n_embd;       /* <arch>.embedding_length */
+    uint32_t n_layer;      /* <arch>.block_count */
+    uint32_t n_head;       /* <arch>.attention.head_count */
+    uint32_t n_head_kv;    /* <arch>.attention.head_count_kv (default n_head) */
+    uint32_t head_dim;     /* n_embd / n_head, or <arch>.attention.key_length */
+    uint32_t n_ff;         /* <arch>.feed_forward_length */
+    uint32_t n_rot;        /* <arch>.rope.dimension_count (default head_dim) */
+    float rms_eps;         /* <arch>.attention.layer_norm_rms_epsilon */
+    float rope_freq_base;  /* <arch>.rope.freq_base (default 10000) */
+    float rope_freq_scale; /* 1 / <arch>.rope.scaling.factor for linear/yarn, else 1 */
+    char rope_scaling[16]; /* "none", "linear" or "yarn" */
+    int tied_output;       /* 1 when output.weight is absent and token_embd is reused */
+} model_hparams;
+
+typedef struct model model;
+
+/* Default parameters: fast compute. */
+model_params model_params_default(void);
+
+/* Open, validate and bind a GGUF model: architecture known, every tensor the architecture needs
+ * present with the right shape and a supported type, tokenizer readable. Caller owns the result
+ * (model_destroy). NULL with err naming the file and the problem (missing tensor, shape, type,
+ * unknown architecture, bad hyperparameter). */
+model *model_load(const char *path, const model_params *params, corral_error *err);
+
+/* Release the model and unmap its file. NULL-safe; sets *m to NULL. Every kv_cache and
+ * model_runner made for it must be destroyed first. */
+void model_destroy(model **m);
+
+/* Borrowed: valid until model_destroy. */
+const model_hparams *model_get_hparams(const model *m);
+const tokenizer *model_get_tokenizer(const model *m);
+const gguf_file *model_get_gguf(const model *m);
+
+/* Bytes of tensor data the forward pass reads (all weights). */
+uint64_t model_weight_bytes(const model *m);
+
+/* ---- KV cache -------------------------------------------------------------------------------- */
+
+typedef struct kv_cache kv_cache;
+
+/* A cache for up to n_ctx positions (1..n_ctx_train; 0 means n_ctx_train). Caller owns it
+ * (kv_cache_destroy). NULL with err when n_ctx is out of range or memory runs out. */
+kv_cache *kv_cache_new(const model *m, uint32_t n_ctx, kv_type type, corral_error *err);
+
+/* NULL-safe; sets *kv to NULL. */
+void kv_cache_destroy(kv_cache **kv);
+
+uint32_t kv_cache_n_pos(const kv_cache *kv); /* positions filled */
+uint32_t kv_cache_n_ctx(const kv_cache *kv); /* capacity */
+uint64_t kv_cache_bytes(const kv_cache *kv); /* memory held */
+kv_type kv_cache_type(const kv_cache *kv);
+
+/* Forget positions n_pos and beyond (n_pos <= kv_cache_n_pos). */
+void kv_cache_truncate(kv_cache *kv, uint32_t n_pos);
+
+/* Make dst hold exactly src's positions. Both must belong to the same model and type, and dst's
+ * capacity must hold src's positions; CORRAL_INVALID_ARGUMENT otherwise. */
+corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *err);
+
+/* ---- forward pass -----------------------------------------------------------------------------
+ */
+
+typedef struct model_runner model_runner;
+
+/* Scratch for batches of up to max_batch tokens (0 means 512). Caller owns it
+ * (model_runner_destroy). Borrows m. */
+model_runner *model_runner_new(const model *m, uint32_t max_batch, corral_error *err);
+
+/* NULL-safe; sets *r to NULL. */
+void model_runner_destroy(model_runner **r);
+
+/* Which logits model_forward writes. */
+typedef enum model_logits {
+    MODEL_LOGITS_NONE = 0, /* none (prompt prefill whose logits are not needed) */
+    MODEL_LOGITS_LAST = 1, /* n_vocab floats: the prediction after the last token */
+    MODEL_LOGITS_ALL = 2,  /* n_tokens x n_vocab floats: the prediction after each token */
+} model_logits;
+
+/* Run tokens[0..n_tokens) at the next positions of kv (appending them), in batches of the
+ * runner's max_batch, and write the requested logits. Errors: CORRAL_INVALID_ARGUMENT for a token
+ * id outside the vocabulary (nothing is appended), CORRAL_RESOURCE_EXHAUSTED when the tokens do
+ * not fit in the cache's context (nothing is appended). Not thread-safe for the same runner or
+ * kv cache; different (runner, kv) pairs may run concurrently on one model. */
+corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens, uint32_t n_tokens,
+                            model_logits which, float *logits, corral_error *err);
+
+#endif /* CORRAL_MODEL_H */

@@ -1,0 +1,498 @@
+/*
+ * model.c — loading a model (hyperparameters, tokenizer, weight binding against the architecture
+ * table), KV caches, runners, and model_forward's batching and output projection.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "corral/log.h"
+#include "model_impl.h"
+
+model_params model_params_default(void) {
+    return (model_params){.compute = MODEL_COMPUTE_FAST};
+}
+
+/* ---- hyperparameters ------------------------------------------------------------------------- */
+
+/* Read "<arch>.<suffix>" as u32 into *out. Missing keys keep *out when `required` is 0. */
+static corral_status hp_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
+                            int required, corral_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    corral_status st = gguf_get_u32(f, key, out, err);
+    if (st == CORRAL_NOT_FOUND && !required) return CORRAL_OK;
+    if (st == CORRAL_NOT_FOUND)
+        return corral_error_set(err, CORRAL_FORMAT, "required metadata key %s is missing", key);
+    return st;
+}
+
+static corral_status hp_f32(const gguf_file *f, const char *arch, const char *suffix, float *out,
+                            int required, corral_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    corral_status st = gguf_get_f32(f, key, out, err);
+    if (st == CORRAL_NOT_FOUND && !required) return CORRAL_OK;
+    if (st == CORRAL_NOT_FOUND)
+        return corral_error_set(err, CORRAL_FORMAT, "required metadata key %s is missing", key);
+    return st;
+}
+
+static corral_status model_read_hparams(struct model *m, corral_error *err) {
+    const gguf_file *f = m->file;
+    model_hparams *hp = &m->hp;
+    const char *a = hp->arch;
+    corral_status st;
+    if ((st = hp_u32(f, a, "context_length", &hp->n_ctx_train, 1, err)) ||
+        (st = hp_u32(f, a, "embedding_length", &hp->n_embd, 1, err)) ||
+        (st = hp_u32(f, a, "block_count", &hp->n_layer, 1, err)) ||
+        (st = hp_u32(f, a, "feed_forward_length", &hp->n_ff, 1, err)) ||
+        (st = hp_u32(f, a, "attention.head_count", &hp->n_head, 1, err)))
+        return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = hp_u32(f, a, "attention.head_count_kv", &hp->n_head_kv, 0, err))) return st;
+    if (hp->n_head == 0 || hp->n_head > 4096)
+        return corral_error_set(err, CORRAL_FORMAT, "%s.attention.head_count = %u is out of range",
+                                a, hp->n_head);
+    if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0)
+        return corral_error_set(err, CORRAL_FORMAT,
+                                "%s.attention.head_count_kv = %u must divide head_count = %u", a,
+                                hp->n_head_kv, hp->n_head);
+    if (hp->n_embd == 0 || hp->n_embd > (1u << 20) || hp->n_layer == 0 || hp->n_layer > 4096 ||
+        hp->n_ff == 0 || hp->n_ff > (1u << 22) || hp->n_ctx_train == 0)
+        return corral_error_set(err, CORRAL_FORMAT,
+                                "hyperparameters out of range: embedding_length=%u "
+                                "block_count=%u feed_forward_length=%u context_length=%u",
+                                hp->n_embd, hp->n_layer, hp->n_ff, hp->n_ctx_train);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if ((st = hp_u32(f, a, "attention.key_length", &hp->head_dim, 0, err))) return st;
+    uint32_t value_length = hp->head_dim;
+    if ((st = hp_u32(f, a, "attention.value_length", &value_length, 0, err))) return st;
+    if (hp->head_dim == 0 || hp->head_dim > 1024 || value_length != hp->head_dim)
+        return corral_error_set(err, CORRAL_FORMAT,
+                                "head dimension %u (key_length) / %u (value_length) unsupported",
+                                hp->head_dim, value_length);
+    hp->n_rot = hp->head_dim;
+    if ((st = hp_u32(f, a, "rope.dimension_count", &hp->n_rot, 0, err))) return st;
+    if (hp->n_rot == 0 || hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim)
+        return corral_error_set(err, CORRAL_FORMAT,
+                                "%s.rope.dimension_count = %u must be even and at most the head "
+                                "dimension %u",
+                                a, hp->n_rot, hp->head_dim);
+    hp->rms_eps = 1e-5f;
+    if ((st = hp_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1, err))) return st;
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f))
+        return corral_error_set(err, CORRAL_FORMAT,
+                                "%s.attention.layer_norm_rms_epsilon = %g is out of range", a,
+                                (double)hp->rms_eps);
+    hp->rope_freq_base = 10000.0f;
+    if ((st = hp_f32(f, a, "rope.freq_base", &hp->rope_freq_base, 0, err))) return st;
+    if (!(hp->rope_freq_base > 1.0f) || !isfinite(hp->rope_freq_base))
+        return corral_error_set(err, CORRAL_FORMAT, "%s.rope.freq_base = %g is out of range", a,
+                                (double)hp->rope_freq_base);
+
+    /* RoPE scaling: none, linear (angles divided by the factor) or yarn. */
+    snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "none");
+    float factor = 0.0f;
+    if ((st = hp_f32(f, a, "rope.scaling.factor", &factor, 0, err))) return st;
+    if ((st = hp_f32(f, a, "rope.scale_linear", &factor, 0, err))) return st;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    gguf_str type = {0};
+    st = gguf_get_str(f, key, &type, err);
+    if (st == CORRAL_OK) {
+        snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "%.*s",
+                 (int)(type.len < 15 ? type.len : 15), type.data);
+    } else if (st != CORRAL_NOT_FOUND) {
+        return st;
+    } else if (factor > 0.0f && factor != 1.0f) {
+        snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "linear");
+    }
+    hp->rope_freq_scale = 1.0f;
+    m->rope = (rope_params){.style = m->arch->rope,
+                            .n_rot = (int32_t)hp->n_rot,
+                            .freq_base = hp->rope_freq_base,
+                            .freq_scale = 1.0f,
+                            .attn_factor = 1.0f,
+                            .beta_fast = 32.0f,
+                            .beta_slow = 1.0f,
+                            .n_ctx_orig = (int32_t)hp->n_ctx_train};
+    if (strcmp(hp->rope_scaling, "none") == 0) {
+        /* nothing */
+    } else if (strcmp(hp->rope_scaling, "linear") == 0 || strcmp(hp->rope_scaling, "yarn") == 0) {
+        if (!(factor >= 1.0f && factor <= 1024.0f))
+            return corral_error_set(err, CORRAL_FORMAT,
+                                    "%s.rope.scaling.factor = %g is out of range for %s scaling", a,
+                                    (double)factor, hp->rope_scaling);
+        hp->rope_freq_scale = 1.0f / factor;
+        m->rope.freq_scale = hp->rope_freq_scale;
+        if (strcmp(hp->rope_scaling, "yarn") == 0) {
+            uint32_t orig = hp->n_ctx_train;
+            if ((st = hp_u32(f, a, "rope.scaling.original_context_length", &orig, 0, err)))
+                return st;
+            m->rope.n_ctx_orig = (int32_t)orig;
+            m->rope.ext_factor = 1.0f;
+        }
+    } else {
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "%s.rope.scaling.type '%s' is not supported (none, linear, yarn)",
+                                a, hp->rope_scaling);
+    }
+    return CORRAL_OK;
+}
+
+/* ---- weight binding -------------------------------------------------------------------------- */
+
+static int64_t dim_value(const model_hparams *hp, arch_dim d) {
+    switch (d) {
+        case ARCH_DIM_NONE:
+            return 1;
+        case ARCH_DIM_EMBD:
+            return hp->n_embd;
+        case ARCH_DIM_VOCAB:
+            return hp->n_vocab;
+        case ARCH_DIM_Q:
+            return (int64_t)hp->n_head * hp->head_dim;
+        case ARCH_DIM_KV:
+            return (int64_t)hp->n_head_kv * hp->head_dim;
+        case ARCH_DIM_FF:
+            return hp->n_ff;
+        case ARCH_DIM_ROT_HALF:
+            return hp->n_rot / 2;
+    }
+    return -1;
+}
+
+/* Find, check and bind one tensor of the architecture into *w. */
+static corral_status bind_tensor(struct model *m, const arch_tensor *at, uint32_t il,
+                                 model_weight *w, corral_error *err) {
+    char name[128];
+    snprintf(name, sizeof name, at->name, il);
+    const gguf_tensor *t = gguf_find_tensor(m->file, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (at->flags & ARCH_TENSOR_OPTIONAL) return CORRAL_OK;
+        return corral_error_set(err, CORRAL_FORMAT,
+                                "tensor %s is missing (architecture %s needs it)", name,
+                                m->arch->name);
+    }
+    const int64_t want0 = dim_value(&m->hp, at->ne[0]), want1 = dim_value(&m->hp, at->ne[1]);
+    /* Unused dimensions are 1, so a vector has ne[1] == 1 and nothing beyond. */
+    int64_t extra = 1;
+    for (uint32_t d = 2; d < t->n_dims; d++) extra *= t->ne[d];
+    if (t->ne[0] != want0 || t->ne[1] != want1 || extra != 1)
+        return corral_error_set(
+            err, CORRAL_FORMAT, "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
+            (long long)t->ne[0], (long long)t->ne[1], (long long)want0, (long long)want1);
+    if ((at->flags & ARCH_TENSOR_F32) && t->type != TENSOR_TYPE_F32)
+        return corral_error_set(err, CORRAL_UNSUPPORTED, "tensor %s has type %s; it must be F32",
+                                name, tensor_type_name(t->type));
+    if (!tensor_type_is_supported(t->type))
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "tensor %s has type %s, which corral cannot compute with", name,
+                                tensor_type_name(t->type));
+    w->data = t->data;
+    w->type = t->type;
+    w->n_in = t->ne[0];
+    w->n_out = t->ne[1];
+    w->traits = tensor_type_get_traits(t->type);
+    w->row_bytes = tensor_row_size((tensor_type)t->type, t->ne[0]);
+    m->weight_bytes += t->size;
+    return CORRAL_OK;
+}
+
+static corral_status model_bind_weights(struct model *m, corral_error *err) {
+    /* n_vocab comes from the embedding matrix: it is what the logits are indexed by. */
+    const gguf_tensor *embd = gguf_find_tensor(m->file, "token_embd.weight");
+    if (!embd) return corral_error_set(err, CORRAL_FORMAT, "tensor token_embd.weight is missing");
+    if (embd->n_dims != 2 || embd->ne[1] < 1 || embd->ne[1] > (1 << 24))
+        return corral_error_set(err, CORRAL_FORMAT, "tensor token_embd.weight has a bad shape");
+    m->hp.n_vocab = (uint32_t)embd->ne[1];
+
+    m->layers = calloc((size_t)m->hp.n_layer * ARCH_N_LAYER_ROLES, sizeof *m->layers);
+    if (!m->layers) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < m->arch->n_tensors; i++) {
+        const arch_tensor *at = &m->arch->tensors[i];
+        if (at->role < ARCH_ROLE_FIRST_LAYER_ROLE) {
+            corral_status st = bind_tensor(m, at, 0, &m->global[at->role], err);
+            if (st != CORRAL_OK) return st;
+            continue;
+        }
+        for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+            model_weight *w = &m->layers[(size_t)il * ARCH_N_LAYER_ROLES +
+                                         (at->role - ARCH_ROLE_FIRST_LAYER_ROLE)];
+            corral_status st = bind_tensor(m, at, il, w, err);
+            if (st != CORRAL_OK) return st;
+        }
+    }
+    if (!m->global[ARCH_ROLE_OUTPUT].data) {
+        m->global[ARCH_ROLE_OUTPUT] = m->global[ARCH_ROLE_TOKEN_EMBD];
+        m->hp.tied_output = 1;
+    }
+    if (m->global[ARCH_ROLE_ROPE_FREQS].data)
+        m->rope.freq_factors = m->global[ARCH_ROLE_ROPE_FREQS].data;
+    return CORRAL_OK;
+}
+
+model *model_load(const char *path, const model_params *params, corral_error *err) {
+    struct model *m = calloc(1, sizeof *m);
+    if (!m) {
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+        return NULL;
+    }
+    m->params = params ? *params : model_params_default();
+    m->file = gguf_open(path, err);
+    if (!m->file) goto fail;
+
+    gguf_str arch;
+    if (gguf_get_str(m->file, "general.architecture", &arch, err) != CORRAL_OK) goto fail_named;
+    m->arch = arch_find(arch.data, arch.len);
+    if (!m->arch) {
+        corral_error_set(err, CORRAL_UNSUPPORTED,
+                         "unknown architecture '%.*s' (corral supports: %s)",
+                         (int)(arch.len > 64 ? 64 : arch.len), arch.data, arch_supported_names());
+        goto fail_named;
+    }
+    snprintf(m->hp.arch, sizeof m->hp.arch, "%s", m->arch->name);
+    gguf_str name;
+    if (gguf_get_str(m->file, "general.name", &name, NULL) == CORRAL_OK)
+        snprintf(m->hp.name, sizeof m->hp.name, "%.*s", (int)(name.len > 127 ? 127 : name.len),
+                 name.data);
+    if (model_read_hparams(m, err) != CORRAL_OK) goto fail_named;
+    if (model_bind_weights(m, err) != CORRAL_OK) goto fail_named;
+    m->tok = tok_new_from_gguf(m->file, err);
+    if (!m->tok) goto fail_named;
+    if ((uint32_t)tok_vocab_size(m->tok) > m->hp.n_vocab) {
+        corral_error_set(err, CORRAL_FORMAT,
+                         "the tokenizer has %d tokens but token_embd.weight only %u rows",
+                         (int)tok_vocab_size(m->tok), m->hp.n_vocab);
+        goto fail_named;
+    }
+    log_debug("model loaded", LOG_STR("path", path), LOG_STR("arch", m->hp.arch),
+              LOG_UINT("layers", m->hp.n_layer), LOG_UINT("embd", m->hp.n_embd),
+              LOG_UINT("vocab", m->hp.n_vocab), LOG_UINT("weight_bytes", m->weight_bytes));
+    return m;
+fail_named:
+    corral_error_prefix(err, "%s", path);
+fail:
+    model_destroy(&m);
+    return NULL;
+}
+
+void model_destroy(model **pm) {
+    if (!pm || !*pm) return;
+    struct model *m = *pm;
+    tok_destroy(&m->tok);
+    free(m->layers);
+    gguf_destroy(&m->file);
+    free(m);
+    *pm = NULL;
+}
+
+const model_hparams *model_get_hparams(const model *m) {
+    return &m->hp;
+}
+
+const tokenizer *model_get_tokenizer(const model *m) {
+    return m->tok;
+}
+
+const gguf_file *model_get_gguf(const model *m) {
+    return m->file;
+}
+
+uint64_t model_weight_bytes(const model *m) {
+    return m->weight_bytes;
+}
+
+/* ---- KV cache -------------------------------------------------------------------------------- */
+
+kv_cache *kv_cache_new(const model *m, uint32_t n_ctx, kv_type type, corral_error *err) {
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
+    if (n_ctx > m->hp.n_ctx_train) {
+        corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                         "context of %u tokens exceeds the model's %u", n_ctx, m->hp.n_ctx_train);
+        return NULL;
+    }
+    if (type != KV_TYPE_F16 && type != KV_TYPE_F32) {
+        corral_error_set(err, CORRAL_INVALID_ARGUMENT, "unknown KV cache type %d", (int)type);
+        return NULL;
+    }
+    struct kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) {
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+        return NULL;
+    }
+    kv->m = m;
+    kv->type = type;
+    kv->n_ctx = n_ctx;
+    kv->elem_size = type == KV_TYPE_F16 ? 2 : 4;
+    kv->row_elems = (size_t)m->hp.n_head_kv * m->hp.head_dim;
+    const size_t bytes = (size_t)m->hp.n_layer * n_ctx * kv->row_elems * kv->elem_size;
+    kv->k = malloc(bytes);
+    kv->v = malloc(bytes);
+    if (!kv->k || !kv->v) {
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot allocate a KV cache of %zu bytes",
+                         2 * bytes);
+        kv_cache_destroy(&kv);
+        return NULL;
+    }
+    return kv;
+}
+
+void kv_cache_destroy(kv_cache **pkv) {
+    if (!pkv || !*pkv) return;
+    free((*pkv)->k);
+    free((*pkv)->v);
+    free(*pkv);
+    *pkv = NULL;
+}
+
+uint32_t kv_cache_n_pos(const kv_cache *kv) {
+    return kv->n_pos;
+}
+
+uint32_t kv_cache_n_ctx(const kv_cache *kv) {
+    return kv->n_ctx;
+}
+
+uint64_t kv_cache_bytes(const kv_cache *kv) {
+    return 2ull * kv->m->hp.n_layer * kv->n_ctx * kv->row_elems * kv->elem_size;
+}
+
+kv_type kv_cache_type(const kv_cache *kv) {
+    return kv->type;
+}
+
+void kv_cache_truncate(kv_cache *kv, uint32_t n_pos) {
+    if (n_pos < kv->n_pos) kv->n_pos = n_pos;
+}
+
+corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *err) {
+    if (dst->m != src->m || dst->type != src->type)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "KV caches of different models or types cannot be copied");
+    if (src->n_pos > dst->n_ctx)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "destination context (%u) is smaller than the %u positions to copy",
+                                dst->n_ctx, src->n_pos);
+    const size_t row = src->row_elems * src->elem_size;
+    for (uint32_t il = 0; il < src->m->hp.n_layer; il++) {
+        const size_t src_off = (size_t)il * src->n_ctx * row,
+                     dst_off = (size_t)il * dst->n_ctx * row;
+        memcpy((char *)dst->k + dst_off, (const char *)src->k + src_off, src->n_pos * row);
+        memcpy((char *)dst->v + dst_off, (const char *)src->v + src_off, src->n_pos * row);
+    }
+    dst->n_pos = src->n_pos;
+    return CORRAL_OK;
+}
+
+/* ---- runner ---------------------------------------------------------------------------------- */
+
+model_runner *model_runner_new(const model *m, uint32_t max_batch, corral_error *err) {
+    if (max_batch == 0) max_batch = 512;
+    if (max_batch > 65536) {
+        corral_error_set(err, CORRAL_INVALID_ARGUMENT, "batch of %u tokens is too large",
+                         max_batch);
+        return NULL;
+    }
+    struct model_runner *r = calloc(1, sizeof *r);
+    if (!r) {
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+        return NULL;
+    }
+    r->m = m;
+    r->max_batch = max_batch;
+    const model_hparams *hp = &m->hp;
+    const size_t B = max_batch;
+    const size_t n_q = (size_t)hp->n_head * hp->head_dim,
+                 n_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t max_in = hp->n_embd;
+    if (n_q > max_in) max_in = n_q;
+    if (hp->n_ff > max_in) max_in = hp->n_ff;
+    int ok =
+        (r->x = malloc(B * hp->n_embd * sizeof(float))) &&
+        (r->xn = malloc(B * hp->n_embd * sizeof(float))) &&
+        (r->q = malloc(B * n_q * sizeof(float))) && (r->k = malloc(B * n_kv * sizeof(float))) &&
+        (r->v = malloc(B * n_kv * sizeof(float))) && (r->attn = malloc(B * n_q * sizeof(float))) &&
+        (r->tmp = malloc(B * hp->n_embd * sizeof(float))) &&
+        (r->gate = malloc(B * hp->n_ff * sizeof(float))) &&
+        (r->up = malloc(B * hp->n_ff * sizeof(float))) &&
+        (r->scores = malloc((size_t)hp->n_ctx_train * sizeof(float))) &&
+        (r->rope_cs = malloc(B * hp->n_rot * sizeof(float))) &&
+        (r->row_f32 = malloc(max_in * sizeof(float))) &&
+        (r->kv_row = malloc(hp->head_dim * sizeof(float)));
+    /* One quantized-activation buffer per partner type the model's weights use. */
+    for (size_t i = 0; ok && i < ARCH_N_GLOBAL_ROLES + (size_t)hp->n_layer * ARCH_N_LAYER_ROLES;
+         i++) {
+        const model_weight *w =
+            i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
+        if (!w->data || w->n_out == 1) continue;
+        const tensor_type vt = w->traits->vec_dot_type;
+        if (vt == TENSOR_TYPE_F32 || r->act_q[vt]) continue;
+        const tensor_type_traits *vtt = tensor_type_get_traits(vt);
+        /* Rows are at most max_in long and a multiple of the block size. */
+        const size_t bytes =
+            B * ((max_in + (size_t)vtt->block_size - 1) / (size_t)vtt->block_size) * vtt->type_size;
+        r->act_q[vt] = malloc(bytes);
+        r->act_q_size[vt] = bytes;
+        ok = r->act_q[vt] != NULL;
+    }
+    if (!ok) {
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot allocate scratch for %u tokens",
+                         max_batch);
+        model_runner_destroy(&r);
+    }
+    return r;
+}
+
+void model_runner_destroy(model_runner **pr) {
+    if (!pr || !*pr) return;
+    struct model_runner *r = *pr;
+    float *bufs[] = {r->x,    r->xn, r->q,      r->k,       r->v,       r->attn,  r->tmp,
+                     r->gate, r->up, r->scores, r->rope_cs, r->row_f32, r->kv_row};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    for (int t = 0; t < TENSOR_TYPE_COUNT; t++) free(r->act_q[t]);
+    free(r);
+    *pr = NULL;
+}
+
+/* Output norm and projection of tokens [first, first+n) of the current batch into logits. */
+static void forward_logits(struct model_runner *r, uint32_t first, uint32_t n, float *logits) {
+    const struct model *m = r->m;
+    const int64_t n_embd = m->hp.n_embd;
+    for (uint32_t t = 0; t < n; t++)
+        ops_rms_norm(r->xn + t * n_embd, r->x + (first + t) * n_embd,
+                     m->global[ARCH_ROLE_OUTPUT_NORM].data, n_embd, m->hp.rms_eps);
+    r->epoch++;
+    forward_matmul(r, logits, &m->global[ARCH_ROLE_OUTPUT], r->xn, n);
+}
+
+corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens, uint32_t n_tokens,
+                            model_logits which, float *logits, corral_error *err) {
+    const struct model *m = r->m;
+    if (kv->m != m)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "the KV cache belongs to another model");
+    if (n_tokens == 0) return CORRAL_OK;
+    if ((uint64_t)kv->n_pos + n_tokens > kv->n_ctx)
+        return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                                "%u more tokens do not fit: context holds %u of %u positions",
+                                n_tokens, kv->n_pos, kv->n_ctx);
+    for (uint32_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "token id %d at index %u is outside the vocabulary (%u)",
+                                    tokens[i], i, m->hp.n_vocab);
+    for (uint32_t done = 0; done < n_tokens;) {
+        const uint32_t n = n_tokens - done < r->max_batch ? n_tokens - done : r->max_batch;
+        m->arch->forward(r, kv, tokens + done, n);
+        if (which == MODEL_LOGITS_ALL)
+            forward_logits(r, 0, n, logits + (size_t)done * m->hp.n_vocab);
+        else if (which == MODEL_LOGITS_LAST && done + n == n_tokens)
+            forward_logits(r, n - 1, 1, logits);
+        done += n;
+    }
+    return CORRAL_OK;
+}

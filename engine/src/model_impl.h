@@ -1,0 +1,96 @@
+/*
+ * model_impl.h — the structs behind model.h's opaque handles (private to the engine).
+ */
+#ifndef CORRAL_ENGINE_MODEL_IMPL_H
+#define CORRAL_ENGINE_MODEL_IMPL_H
+
+#include <stdint.h>
+
+#include "arch.h"
+#include "corral/model.h"
+#include "corral/tensor.h"
+#include "ops.h"
+
+/* One weight matrix (or vector) bound from the file: rows of n_in elements of `type`. */
+typedef struct model_weight {
+    const void *data; /* into the file mapping; NULL when the (optional) tensor is absent */
+    uint32_t type;
+    int64_t n_in;     /* ne[0]: elements per row */
+    int64_t n_out;    /* ne[1]: rows (1 for vectors) */
+    size_t row_bytes; /* bytes per row */
+    const tensor_type_traits *traits;
+} model_weight;
+
+struct model {
+    gguf_file *file;
+    const arch_desc *arch;
+    model_hparams hp;
+    model_params params;
+    tokenizer *tok;
+    rope_params rope;
+    model_weight global[ARCH_N_GLOBAL_ROLES];
+    model_weight *layers; /* [n_layer][ARCH_N_LAYER_ROLES] */
+    uint64_t weight_bytes;
+};
+
+/* The weight of a per-layer role in layer il. */
+static inline const model_weight *model_layer_weight(const struct model *m, uint32_t il,
+                                                     arch_role role) {
+    return &m->layers[(size_t)il * ARCH_N_LAYER_ROLES + (role - ARCH_ROLE_FIRST_LAYER_ROLE)];
+}
+
+struct kv_cache {
+    const struct model *m;
+    kv_type type;
+    uint32_t n_ctx;
+    uint32_t n_pos;
+    size_t elem_size; /* 2 (F16) or 4 (F32) */
+    size_t row_elems; /* n_head_kv * head_dim: one position of one layer */
+    void *k;          /* [n_layer][n_ctx][row_elems] */
+    void *v;          /* [n_layer][n_ctx][row_elems] */
+};
+
+/* Activations quantized to a weight's partner type are cached per type until the source buffer
+ * changes (the forward pass bumps `epoch` whenever it rewrites a matmul input). */
+typedef struct act_cache_entry {
+    const float *src;
+    uint64_t epoch;
+    int64_t n_tok, n_in;
+} act_cache_entry;
+
+struct model_runner {
+    const struct model *m;
+    uint32_t max_batch;
+    /* Activations, [max_batch][dim]. */
+    float *x;       /* residual stream [n_embd] */
+    float *xn;      /* normed input of attention / ffn [n_embd] */
+    float *q;       /* [n_q] */
+    float *k;       /* [n_kv] */
+    float *v;       /* [n_kv] */
+    float *attn;    /* attention output [n_q] */
+    float *tmp;     /* output of a projection [n_embd] */
+    float *gate;    /* [n_ff] */
+    float *up;      /* [n_ff] */
+    float *scores;  /* attention scores over the context [n_ctx_train] */
+    float *rope_cs; /* cos/sin per token [max_batch][n_rot] */
+    float *row_f32; /* one dequantized weight row (reference mode) [max_in] */
+    float *kv_row;  /* one K or V row converted to F32 [head_dim] */
+    /* Quantized activations, one buffer per partner type. */
+    void *act_q[TENSOR_TYPE_COUNT];
+    size_t act_q_size[TENSOR_TYPE_COUNT];
+    act_cache_entry act_cached[TENSOR_TYPE_COUNT];
+    uint64_t epoch;
+};
+
+/* The llama-style decoder (forward.c). */
+void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t *tokens,
+                     uint32_t n_tok);
+
+/* out[t][row] = W[row] . x[t] for t < n_tok, rows of W (forward.c). */
+void forward_matmul(struct model_runner *r, float *out, const model_weight *w, const float *x,
+                    int64_t n_tok);
+
+/* Dequantize row `row` of an embedding-like weight into dst (forward.c). */
+void forward_get_row(const model_weight *w, int64_t row, float *dst);
+
+#endif /* CORRAL_ENGINE_MODEL_IMPL_H */

@@ -1,0 +1,560 @@
+/*
+ * test_model.c — Check suite for the model module: logits of every reference model against
+ * llama.cpp's and an independent float64 implementation's, greedy generation against llama.cpp's
+ * transcripts, KV cache operations, and bad model files.
+ *
+ * Error budgets (from the engine-correctness issue):
+ *   reference mode vs exact logits                  max |d| <= 2e-3, every type
+ *   fast mode vs llama.cpp or exact logits          F32 1e-3, F16 0.03, BF16 0.1,
+ *                                                   quantized: max 0.5 and rms 0.1
+ *   fast mode top-1 token equals the reference's wherever the reference's top-1 margin > 1.0
+ * The references use an F32 KV cache, so the fast-mode budgets are checked with one; with the
+ * default F16 cache, half-precision keys and values put every model in the F16 budget at best.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "corral/model.h"
+#include "corral/tensor.h"
+#include "corral/tokenizer.h"
+#include "refdata.h"
+#include "testutil.h"
+
+#define REFERENCE_MODE_MAX_ERR 2e-3
+#define FAST_F32_MAX_ERR       1e-3
+#define FAST_F16_MAX_ERR       0.03
+#define FAST_BF16_MAX_ERR      0.1
+#define FAST_QUANT_MAX_ERR     0.5
+#define FAST_QUANT_RMS_ERR     0.1
+#define TOP1_MARGIN            1.0
+
+enum { MAX_STEMS = 64, N_VOCAB = 512 };
+
+typedef struct diff_stats {
+    double max, rms;
+    int top1_mismatch; /* positions with margin > TOP1_MARGIN whose argmax differs */
+} diff_stats;
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static double top1_margin(const float *x, int n) {
+    int best = argmax(x, n);
+    double second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != best && x[i] > second) second = x[i];
+    return x[best] - second;
+}
+
+static diff_stats compare_logits(const float *got, const float *ref, int n_pos, int n_vocab) {
+    diff_stats s = {0};
+    double sq = 0;
+    for (int p = 0; p < n_pos; p++) {
+        const float *g = got + (size_t)p * n_vocab, *r = ref + (size_t)p * n_vocab;
+        for (int i = 0; i < n_vocab; i++) {
+            double d = fabs((double)g[i] - (double)r[i]);
+            if (d > s.max) s.max = d;
+            sq += d * d;
+        }
+        if (top1_margin(r, n_vocab) > TOP1_MARGIN && argmax(g, n_vocab) != argmax(r, n_vocab))
+            s.top1_mismatch++;
+    }
+    s.rms = sqrt(sq / ((double)n_pos * n_vocab));
+    return s;
+}
+
+/* Teacher-forced logits of a stem's 32 reference ids. Caller frees. */
+static float *run_logits(const ref_stem *st, model_compute compute, kv_type kvt, int *n_pos) {
+    char rel[300];
+    snprintf(rel, sizeof rel, "reference/%s.ids.txt", st->stem);
+    int32_t ids[64];
+    int n = ref_read_ids(rel, ids, 64);
+    ck_assert_int_eq(n, st->n_ids);
+    model_params mp = model_params_default();
+    mp.compute = compute;
+    corral_error err;
+    model *m = model_load(test_shared_path(st->model), &mp, &err);
+    ck_assert_msg(m != NULL, "%s: %s", st->stem, err.message);
+    ck_assert_uint_eq(model_get_hparams(m)->n_vocab, N_VOCAB);
+    kv_cache *kv = kv_cache_new(m, 64, kvt, &err);
+    ck_assert_ptr_nonnull(kv);
+    model_runner *r = model_runner_new(m, 0, &err);
+    ck_assert_ptr_nonnull(r);
+    float *logits = malloc((size_t)n * N_VOCAB * sizeof(float));
+    ck_assert_int_eq(model_forward(r, kv, ids, (uint32_t)n, MODEL_LOGITS_ALL, logits, &err),
+                     CORRAL_OK);
+    ck_assert_uint_eq(kv_cache_n_pos(kv), (uint32_t)n);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    model_destroy(&m);
+    *n_pos = n;
+    return logits;
+}
+
+static float *load_ref_logits(const char *stem, const char *suffix, int n_pos) {
+    char rel[300];
+    snprintf(rel, sizeof rel, "reference/%s.%s", stem, suffix);
+    size_t n = 0;
+    float *f = ref_read_f32(rel, &n);
+    ck_assert_msg(f != NULL, "cannot read %s", rel);
+    ck_assert_uint_eq(n, (size_t)n_pos * N_VOCAB);
+    return f;
+}
+
+/* The stems without adapters: every plain model that has references. */
+static int plain_stems(ref_stem *rows) {
+    ref_stem all[MAX_STEMS];
+    int n = ref_read_index(all, MAX_STEMS);
+    ck_assert_int_gt(n, 0);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(all[i].lora, "-") == 0) rows[k++] = all[i];
+    return k;
+}
+
+START_TEST(test_reference_mode_matches_exact_logits) {
+    ref_stem rows[MAX_STEMS];
+    int n = plain_stems(rows);
+    ck_assert_int_ge(n, 20);
+    int failures = 0;
+    for (int i = 0; i < n; i++) {
+        int n_pos;
+        float *got = run_logits(&rows[i], MODEL_COMPUTE_REFERENCE, KV_TYPE_F32, &n_pos);
+        float *exact = load_ref_logits(rows[i].stem, "exact.logits.f32", n_pos);
+        diff_stats d = compare_logits(got, exact, n_pos, N_VOCAB);
+        printf("  reference %-28s max %.2e rms %.2e\n", rows[i].stem, d.max, d.rms);
+        if (d.max > REFERENCE_MODE_MAX_ERR) {
+            fprintf(stderr, "%s: reference mode max |d| %.3g > %.3g\n", rows[i].stem, d.max,
+                    REFERENCE_MODE_MAX_ERR);
+            failures++;
+        }
+        free(got);
+        free(exact);
+    }
+    ck_assert_int_eq(failures, 0);
+}
+END_TEST
+
+/* The budget for a model file: by the type of its attention weights. */
+static void fast_budget(const char *model_rel, double *max_err, double *rms_err) {
+    corral_error err;
+    model *m = model_load(test_shared_path(model_rel), NULL, &err);
+    ck_assert_ptr_nonnull(m);
+    const gguf_tensor *t = gguf_find_tensor(model_get_gguf(m), "blk.0.attn_q.weight");
+    ck_assert_ptr_nonnull(t);
+    *rms_err = INFINITY;
+    switch (t->type) {
+        case TENSOR_TYPE_F32:
+            *max_err = FAST_F32_MAX_ERR;
+            break;
+        case TENSOR_TYPE_F16:
+            *max_err = FAST_F16_MAX_ERR;
+            break;
+        case TENSOR_TYPE_BF16:
+            *max_err = FAST_BF16_MAX_ERR;
+            break;
+        default:
+            *max_err = FAST_QUANT_MAX_ERR;
+            *rms_err = FAST_QUANT_RMS_ERR;
+    }
+    model_destroy(&m);
+}
+
+static void check_fast_mode(kv_type kvt) {
+    ref_stem rows[MAX_STEMS];
+    int n = plain_stems(rows);
+    int failures = 0;
+    for (int i = 0; i < n; i++) {
+        double max_err, rms_err;
+        fast_budget(rows[i].model, &max_err, &rms_err);
+        /* The references were computed with an F32 KV cache. An F16 cache rounds every key and
+         * value to half precision, so with it even F32 weights get the F16 budget. */
+        if (kvt == KV_TYPE_F16 && max_err < FAST_F16_MAX_ERR) max_err = FAST_F16_MAX_ERR;
+        int n_pos;
+        float *got = run_logits(&rows[i], MODEL_COMPUTE_FAST, kvt, &n_pos);
+        float *lcpp = load_ref_logits(rows[i].stem, "logits.f32", n_pos);
+        float *exact = load_ref_logits(rows[i].stem, "exact.logits.f32", n_pos);
+        diff_stats a = compare_logits(got, lcpp, n_pos, N_VOCAB);
+        diff_stats b = compare_logits(got, exact, n_pos, N_VOCAB);
+        int ok_a = a.max <= max_err && a.rms <= rms_err && a.top1_mismatch == 0;
+        int ok_b = b.max <= max_err && b.rms <= rms_err && b.top1_mismatch == 0;
+        printf("  fast/%s %-28s vs llama.cpp max %.2e rms %.2e | vs exact max %.2e rms %.2e\n",
+               kvt == KV_TYPE_F32 ? "kv32" : "kv16", rows[i].stem, a.max, a.rms, b.max, b.rms);
+        if (!ok_a && !ok_b) {
+            fprintf(stderr,
+                    "%s: fast mode outside budget (max %.3g rms %.3g top1 %d vs llama.cpp; max "
+                    "%.3g rms %.3g top1 %d vs exact; budget max %.3g rms %.3g)\n",
+                    rows[i].stem, a.max, a.rms, a.top1_mismatch, b.max, b.rms, b.top1_mismatch,
+                    max_err, rms_err);
+            failures++;
+        }
+        free(got);
+        free(lcpp);
+        free(exact);
+    }
+    ck_assert_int_eq(failures, 0);
+}
+
+START_TEST(test_fast_mode_matches_reference_logits_kv_f32) {
+    check_fast_mode(KV_TYPE_F32);
+}
+END_TEST
+
+START_TEST(test_fast_mode_matches_reference_logits_kv_f16) {
+    check_fast_mode(KV_TYPE_F16);
+}
+END_TEST
+
+/* ---- greedy generation ------------------------------------------------------------------- */
+
+/* Greedy decoding by argmax from the reference prompt ids; returns the number of generated ids
+ * that equal the reference before the first difference, and checks that every step up to the
+ * first reference margin below `margin_floor` agrees. */
+static void check_greedy(const char *stem, const char *model_rel, kv_type kvt, int want_text) {
+    char rel[300];
+    int32_t prompt[64], ref[512];
+    snprintf(rel, sizeof rel, "reference/%s.greedy.prompt_ids.txt", stem);
+    int n_prompt = ref_read_ids(rel, prompt, 64);
+    snprintf(rel, sizeof rel, "reference/%s.greedy.ids.txt", stem);
+    int n_ref = ref_read_ids(rel, ref, 512);
+    ck_assert_int_gt(n_prompt, 0);
+    ck_assert_int_gt(n_ref, 0);
+    /* Margins: "step token margin" per line. */
+    snprintf(rel, sizeof rel, "reference/%s.greedy.margins.txt", stem);
+    size_t mlen;
+    char *mtext = ref_read_file(rel, &mlen);
+    ck_assert_ptr_nonnull(mtext);
+    double margins[512];
+    int n_margins = 0;
+    for (char *line = strtok(mtext, "\n"); line && n_margins < 512; line = strtok(NULL, "\n")) {
+        int step, tokid;
+        double mg;
+        if (sscanf(line, "%d %d %lf", &step, &tokid, &mg) == 3) margins[n_margins++] = mg;
+    }
+    free(mtext);
+    ck_assert_int_eq(n_margins, n_ref);
+    int must_match = n_ref;
+    for (int i = 0; i < n_ref; i++)
+        if (margins[i] < 0.05) {
+            must_match = i;
+            break;
+        }
+
+    corral_error err;
+    model *m = model_load(test_shared_path(model_rel), NULL, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    kv_cache *kv = kv_cache_new(m, 512, kvt, &err);
+    model_runner *r = model_runner_new(m, 0, &err);
+    float *logits = malloc(N_VOCAB * sizeof(float));
+    ck_assert_int_eq(
+        model_forward(r, kv, prompt, (uint32_t)n_prompt, MODEL_LOGITS_LAST, logits, &err),
+        CORRAL_OK);
+    int32_t got[512];
+    int matched = -1;
+    for (int i = 0; i < n_ref; i++) {
+        got[i] = argmax(logits, N_VOCAB);
+        if (matched < 0 && got[i] != ref[i]) matched = i;
+        if (i + 1 < n_ref)
+            ck_assert_int_eq(model_forward(r, kv, &got[i], 1, MODEL_LOGITS_LAST, logits, &err),
+                             CORRAL_OK);
+    }
+    if (matched < 0) matched = n_ref;
+    printf("  greedy %-20s kv%s: %d of %d tokens equal (must: %d)\n", stem,
+           kvt == KV_TYPE_F32 ? "32" : "16", matched, n_ref, must_match);
+    ck_assert_msg(matched >= must_match, "%s: greedy diverges at step %d, before step %d", stem,
+                  matched, must_match);
+    if (want_text) {
+        ck_assert_int_eq(matched, n_ref);
+        char text[8192];
+        size_t n_text = 0;
+        ck_assert_int_eq(tok_decode(model_get_tokenizer(m), got, (size_t)n_ref, 0, text,
+                                    sizeof text, &n_text, &err),
+                         CORRAL_OK);
+        snprintf(rel, sizeof rel, "reference/%s.greedy.txt", stem);
+        size_t ref_len;
+        char *ref_text = ref_read_file(rel, &ref_len);
+        ck_assert_ptr_nonnull(ref_text);
+        ck_assert_uint_eq(n_text, ref_len);
+        ck_assert_msg(memcmp(text, ref_text, ref_len) == 0, "greedy text differs");
+        free(ref_text);
+    }
+    free(logits);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    model_destroy(&m);
+}
+
+START_TEST(test_greedy_stories_f32_text_byte_exact) {
+    check_greedy("stories260K", "models/stories260K.gguf", KV_TYPE_F32, 1);
+}
+END_TEST
+
+START_TEST(test_greedy_stories_quantized_until_small_margin) {
+    const char *stems[] = {"stories260K-f16", "stories260K-q8_0", "stories260K-q4_0"};
+    for (size_t i = 0; i < 3; i++) {
+        char model_rel[128];
+        snprintf(model_rel, sizeof model_rel, "models/%s.gguf", stems[i]);
+        check_greedy(stems[i], model_rel, KV_TYPE_F32, 0);
+        check_greedy(stems[i], model_rel, KV_TYPE_F16, 0);
+    }
+    check_greedy("stories260K", "models/stories260K.gguf", KV_TYPE_F16, 0);
+}
+END_TEST
+
+/* ---- KV cache ------------------------------------------------------------------------------ */
+
+typedef struct fixture {
+    model *m;
+    model_runner *r;
+    kv_cache *kv;
+    int32_t ids[32];
+} fixture;
+
+static void fixture_open(fixture *f, const char *model_rel, uint32_t n_ctx) {
+    corral_error err;
+    f->m = model_load(test_shared_path(model_rel), NULL, &err);
+    ck_assert_msg(f->m != NULL, "%s", err.message);
+    f->r = model_runner_new(f->m, 8, &err); /* small batches: exercises batch splitting */
+    f->kv = kv_cache_new(f->m, n_ctx, KV_TYPE_F32, &err);
+    ck_assert_ptr_nonnull(f->r);
+    ck_assert_ptr_nonnull(f->kv);
+    ck_assert_int_eq(ref_read_ids("reference/stories260K.ids.txt", f->ids, 32), 32);
+}
+
+static void fixture_close(fixture *f) {
+    model_runner_destroy(&f->r);
+    kv_cache_destroy(&f->kv);
+    model_destroy(&f->m);
+}
+
+START_TEST(test_batched_equals_token_by_token) {
+    fixture f;
+    fixture_open(&f, "models/stories260K-q4_0.gguf", 64);
+    float *all = malloc(32 * N_VOCAB * sizeof(float)), one[N_VOCAB];
+    corral_error err;
+    ck_assert_int_eq(model_forward(f.r, f.kv, f.ids, 32, MODEL_LOGITS_ALL, all, &err), CORRAL_OK);
+    kv_cache_truncate(f.kv, 0);
+    for (int i = 0; i < 32; i++) {
+        ck_assert_int_eq(model_forward(f.r, f.kv, &f.ids[i], 1, MODEL_LOGITS_LAST, one, &err),
+                         CORRAL_OK);
+        /* Rows are quantized independently, so batching changes nothing at all. */
+        ck_assert_msg(memcmp(one, all + (size_t)i * N_VOCAB, sizeof one) == 0,
+                      "position %d differs", i);
+    }
+    free(all);
+    fixture_close(&f);
+}
+END_TEST
+
+START_TEST(test_truncate_and_copy) {
+    fixture f;
+    fixture_open(&f, "models/stories260K.gguf", 64);
+    corral_error err;
+    float a[N_VOCAB], b[N_VOCAB], c[N_VOCAB];
+    ck_assert_int_eq(model_forward(f.r, f.kv, f.ids, 20, MODEL_LOGITS_LAST, a, &err), CORRAL_OK);
+    /* Copy the 20-position state, then both continue with the same token. */
+    kv_cache *copy = kv_cache_new(f.m, 32, KV_TYPE_F32, &err);
+    ck_assert_int_eq(kv_cache_copy(copy, f.kv, &err), CORRAL_OK);
+    ck_assert_uint_eq(kv_cache_n_pos(copy), 20);
+    ck_assert_int_eq(model_forward(f.r, f.kv, &f.ids[20], 1, MODEL_LOGITS_LAST, b, &err),
+                     CORRAL_OK);
+    ck_assert_int_eq(model_forward(f.r, copy, &f.ids[20], 1, MODEL_LOGITS_LAST, c, &err),
+                     CORRAL_OK);
+    ck_assert(memcmp(b, c, sizeof b) == 0);
+    /* Truncate back to 20 and replay: identical. */
+    kv_cache_truncate(f.kv, 20);
+    ck_assert_uint_eq(kv_cache_n_pos(f.kv), 20);
+    ck_assert_int_eq(model_forward(f.r, f.kv, &f.ids[20], 1, MODEL_LOGITS_LAST, c, &err),
+                     CORRAL_OK);
+    ck_assert(memcmp(b, c, sizeof b) == 0);
+    /* A copy into a cache too small for the positions fails. */
+    kv_cache *tiny = kv_cache_new(f.m, 8, KV_TYPE_F32, &err);
+    ck_assert_int_eq(kv_cache_copy(tiny, f.kv, &err), CORRAL_INVALID_ARGUMENT);
+    kv_cache *f16 = kv_cache_new(f.m, 64, KV_TYPE_F16, &err);
+    ck_assert_int_eq(kv_cache_copy(f16, f.kv, &err), CORRAL_INVALID_ARGUMENT);
+    ck_assert_uint_lt(kv_cache_bytes(f16), kv_cache_bytes(f.kv));
+    kv_cache_destroy(&tiny);
+    kv_cache_destroy(&f16);
+    kv_cache_destroy(&copy);
+    fixture_close(&f);
+}
+END_TEST
+
+START_TEST(test_context_full_and_bad_tokens) {
+    fixture f;
+    fixture_open(&f, "models/stories260K.gguf", 16);
+    corral_error err;
+    float l[N_VOCAB];
+    ck_assert_int_eq(model_forward(f.r, f.kv, f.ids, 17, MODEL_LOGITS_LAST, l, &err),
+                     CORRAL_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "do not fit"));
+    ck_assert_uint_eq(kv_cache_n_pos(f.kv), 0); /* nothing appended */
+    ck_assert_int_eq(model_forward(f.r, f.kv, f.ids, 16, MODEL_LOGITS_LAST, l, &err), CORRAL_OK);
+    ck_assert_int_eq(model_forward(f.r, f.kv, f.ids, 1, MODEL_LOGITS_LAST, l, &err),
+                     CORRAL_RESOURCE_EXHAUSTED);
+    kv_cache_truncate(f.kv, 0);
+    const int32_t bad[] = {1, 512};
+    ck_assert_int_eq(model_forward(f.r, f.kv, bad, 2, MODEL_LOGITS_LAST, l, &err),
+                     CORRAL_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.message, "512"));
+    const int32_t neg[] = {-1};
+    ck_assert_int_eq(model_forward(f.r, f.kv, neg, 1, MODEL_LOGITS_LAST, l, &err),
+                     CORRAL_INVALID_ARGUMENT);
+    ck_assert_uint_eq(kv_cache_n_pos(f.kv), 0);
+    ck_assert_ptr_null(kv_cache_new(f.m, 4096, KV_TYPE_F16, &err)); /* model's context: 2048 */
+    ck_assert_ptr_nonnull(strstr(err.message, "2048"));
+    fixture_close(&f);
+}
+END_TEST
+
+/* ---- bad model files ---------------------------------------------------------------------- */
+
+static char tmp_dir[] = "/tmp/corral-test-model-XXXXXX";
+
+static void tmp_setup(void) {
+    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+}
+
+static void tmp_teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+    ck_assert_int_eq(system(cmd), 0);
+    strcpy(tmp_dir, "/tmp/corral-test-model-XXXXXX");
+}
+
+/* How to derive a broken file from stories260K.gguf. */
+typedef struct mutation {
+    const char *drop_key;    /* metadata key to leave out */
+    const char *set_arch;    /* new general.architecture */
+    const char *drop_tensor; /* tensor to leave out */
+    const char *reshape;     /* tensor whose ne[1] is halved (data truncated to match) */
+    const char *retype;      /* tensor rewritten as IQ2_XXS zeros (a type corral cannot run) */
+    const char *set_u32_key; /* metadata key set to set_u32_value */
+    uint32_t set_u32_value;
+} mutation;
+
+static const char *write_mutant(const mutation *mu, const char *name) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s.gguf", tmp_dir, name);
+    corral_error err;
+    gguf_file *src = gguf_open(test_shared_path("models/stories260K.gguf"), &err);
+    ck_assert_ptr_nonnull(src);
+    gguf_builder *b = gguf_builder_new();
+    for (uint64_t i = 0; i < gguf_kv_count(src); i++) {
+        gguf_str key = gguf_kv_key(src, i);
+        if (mu->drop_key && gguf_str_eq(key, mu->drop_key)) continue;
+        ck_assert_int_eq(gguf_builder_copy_kv(b, src, i), CORRAL_OK);
+    }
+    if (mu->set_arch) gguf_builder_set_str(b, "general.architecture", mu->set_arch);
+    if (mu->set_u32_key) gguf_builder_set_u32(b, mu->set_u32_key, mu->set_u32_value);
+    void *zeros = calloc(1, 1 << 20);
+    for (uint64_t i = 0; i < gguf_tensor_count(src); i++) {
+        const gguf_tensor *t = gguf_tensor_at(src, i);
+        char name_buf[128];
+        snprintf(name_buf, sizeof name_buf, "%.*s", (int)t->name.len, t->name.data);
+        if (mu->drop_tensor && strcmp(name_buf, mu->drop_tensor) == 0) continue;
+        int64_t ne[4];
+        memcpy(ne, t->ne, sizeof ne);
+        uint32_t type = t->type;
+        const void *data = t->data;
+        if (mu->reshape && strcmp(name_buf, mu->reshape) == 0) ne[1] /= 2;
+        if (mu->retype && strcmp(name_buf, mu->retype) == 0) {
+            type = TENSOR_TYPE_IQ2_XXS; /* block of 256 */
+            ne[0] = 256;
+            data = zeros;
+        }
+        ck_assert_int_eq(gguf_builder_add_tensor(b, name_buf, type, t->n_dims, ne, data, &err),
+                         CORRAL_OK);
+    }
+    ck_assert_int_eq(gguf_builder_write(b, path, &err), CORRAL_OK);
+    gguf_builder_destroy(&b);
+    gguf_destroy(&src);
+    free(zeros);
+    return path;
+}
+
+static void expect_load_error(const mutation *mu, const char *name, corral_status want_status,
+                              const char *want_text) {
+    const char *path = write_mutant(mu, name);
+    corral_error err;
+    model *m = model_load(path, NULL, &err);
+    ck_assert_msg(m == NULL, "%s loaded", name);
+    ck_assert_msg(err.status == want_status, "%s: status %s, message %s", name,
+                  corral_status_name(err.status), err.message);
+    ck_assert_msg(strstr(err.message, want_text) != NULL, "%s: '%s' lacks '%s'", name, err.message,
+                  want_text);
+    ck_assert_msg(strstr(err.message, path) != NULL, "%s: message lacks the path", name);
+}
+
+START_TEST(test_unchanged_copy_loads) {
+    const mutation none = {0};
+    const char *path = write_mutant(&none, "same");
+    corral_error err;
+    model *m = model_load(path, NULL, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    model_destroy(&m);
+}
+END_TEST
+
+START_TEST(test_bad_model_files) {
+    expect_load_error(&(mutation){.set_arch = "gpt-j"}, "arch", CORRAL_UNSUPPORTED,
+                      "unknown architecture 'gpt-j'");
+    expect_load_error(&(mutation){.drop_tensor = "blk.3.ffn_up.weight"}, "missing", CORRAL_FORMAT,
+                      "tensor blk.3.ffn_up.weight is missing");
+    expect_load_error(&(mutation){.reshape = "blk.0.attn_k.weight"}, "shape", CORRAL_FORMAT,
+                      "tensor blk.0.attn_k.weight has shape [64, 16], expected [64, 32]");
+    expect_load_error(&(mutation){.retype = "blk.1.attn_q.weight"}, "type", CORRAL_FORMAT,
+                      "blk.1.attn_q.weight");
+    expect_load_error(&(mutation){.drop_key = "llama.block_count"}, "nokey", CORRAL_FORMAT,
+                      "llama.block_count");
+    expect_load_error(
+        &(mutation){.set_u32_key = "llama.attention.head_count_kv", .set_u32_value = 3}, "heads",
+        CORRAL_FORMAT, "head_count_kv");
+    expect_load_error(&(mutation){.set_u32_key = "llama.block_count", .set_u32_value = 6}, "blocks",
+                      CORRAL_FORMAT, "tensor blk.5.attn_norm.weight is missing");
+    expect_load_error(&(mutation){.drop_key = "tokenizer.ggml.tokens"}, "notok", CORRAL_NOT_FOUND,
+                      "tokenizer.ggml.tokens");
+    /* Not a GGUF file at all. */
+    char path[300];
+    snprintf(path, sizeof path, "%s/text.gguf", tmp_dir);
+    FILE *fp = fopen(path, "w");
+    fputs("this is not a model\n", fp);
+    fclose(fp);
+    corral_error err;
+    ck_assert_ptr_null(model_load(path, NULL, &err));
+    ck_assert_int_eq(err.status, CORRAL_FORMAT);
+    ck_assert_ptr_null(model_load("/nonexistent/model.gguf", NULL, &err));
+    ck_assert_int_eq(err.status, CORRAL_NOT_FOUND);
+}
+END_TEST
+
+static Suite *model_suite(void) {
+    Suite *s = suite_create("model");
+    TCase *core = tcase_create("core");
+    tcase_add_test(core, test_reference_mode_matches_exact_logits);
+    tcase_add_test(core, test_fast_mode_matches_reference_logits_kv_f32);
+    tcase_add_test(core, test_fast_mode_matches_reference_logits_kv_f16);
+    tcase_add_test(core, test_greedy_stories_f32_text_byte_exact);
+    tcase_add_test(core, test_greedy_stories_quantized_until_small_margin);
+    tcase_add_test(core, test_batched_equals_token_by_token);
+    tcase_add_test(core, test_truncate_and_copy);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_add_test(limits, test_context_full_and_bad_tokens);
+    suite_add_tcase(s, limits);
+    TCase *errors = tcase_create("errors");
+    tcase_add_checked_fixture(errors, tmp_setup, tmp_teardown);
+    tcase_add_test(errors, test_unchanged_copy_loads);
+    tcase_add_test(errors, test_bad_model_files);
+    suite_add_tcase(s, errors);
+    return s;
+}
+
+CORRAL_CHECK_MAIN(model_suite)

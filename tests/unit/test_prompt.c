@@ -1,0 +1,204 @@
+/*
+ * test_prompt.c — Check suite for prompt building: chats tokenize exactly like llama.cpp's
+ * rendered-string tokenization when messages are benign, and no user text — in a raw prompt or
+ * in any message of any template, on any vocabulary — ever yields a control token.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "corral/prompt.h"
+#include "testutil.h"
+
+typedef struct vocab {
+    gguf_file *f;
+    tokenizer *t;
+    char name[128];
+} vocab;
+
+enum { MAX_VOCABS = 32 };
+
+/* Every ggml-vocab-*.gguf of the shared folder (new files are picked up). */
+static int open_vocabs(vocab *v) {
+    DIR *d = opendir(test_shared_path("vocab"));
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < MAX_VOCABS) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".gguf") != 0) continue;
+        char rel[300];
+        snprintf(rel, sizeof rel, "vocab/%s", e->d_name);
+        corral_error err;
+        v[n].f = gguf_open(test_shared_path(rel), &err);
+        ck_assert_msg(v[n].f != NULL, "%s", err.message);
+        v[n].t = tok_new_from_gguf(v[n].f, &err);
+        ck_assert_msg(v[n].t != NULL, "%s", err.message);
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_ge(n, 6);
+    return n;
+}
+
+static void close_vocabs(vocab *v, int n) {
+    for (int i = 0; i < n; i++) {
+        tok_destroy(&v[i].t);
+        gguf_destroy(&v[i].f);
+    }
+}
+
+static const chat_template templates[] = {
+    CHAT_TEMPLATE_CHATML, CHAT_TEMPLATE_LLAMA2,     CHAT_TEMPLATE_LLAMA2_SYS,
+    CHAT_TEMPLATE_LLAMA3, CHAT_TEMPLATE_MISTRAL_V1, CHAT_TEMPLATE_MISTRAL_V3,
+    CHAT_TEMPLATE_PHI3,   CHAT_TEMPLATE_GEMMA,      CHAT_TEMPLATE_ZEPHYR,
+    CHAT_TEMPLATE_NONE,
+};
+#define N_TEMPLATES (sizeof templates / sizeof templates[0])
+
+START_TEST(test_benign_chat_equals_rendered_string_tokenization) {
+    vocab v[MAX_VOCABS];
+    int n = open_vocabs(v);
+    const chat_message msgs[] = {
+        {"system", "You are a helpful assistant."},
+        {"user", "Hello there!\nHow are you?"},
+        {"assistant", " I am fine, thanks."},
+        {"user", "What is 2+2?"},
+    };
+    for (int i = 0; i < n; i++) {
+        for (size_t k = 0; k < N_TEMPLATES; k++) {
+            corral_error err;
+            int32_t *ids;
+            size_t n_ids;
+            ck_assert_int_eq(
+                prompt_tokenize_chat(v[i].t, templates[k], msgs, 4, &ids, &n_ids, &err), CORRAL_OK);
+            chat_prompt *p = chat_prompt_new(templates[k], msgs, 4, true, &err);
+            size_t len;
+            const char *text = chat_prompt_text(p, &len);
+            size_t n_ref;
+            tok_encode(v[i].t, text, len, TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, NULL, 0, &n_ref,
+                       &err);
+            int32_t *ref = malloc(n_ref * sizeof *ref);
+            ck_assert_int_eq(tok_encode(v[i].t, text, len, TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, ref,
+                                        n_ref, &n_ref, &err),
+                             CORRAL_OK);
+            ck_assert_msg(n_ids == n_ref && memcmp(ids, ref, n_ids * sizeof *ids) == 0,
+                          "%s, template %s: segment tokenization differs from the rendered string",
+                          v[i].name, chat_template_name(templates[k]));
+            free(ref);
+            free(ids);
+            chat_prompt_destroy(&p);
+        }
+    }
+    close_vocabs(v, n);
+}
+END_TEST
+
+/* All control-token texts of a vocabulary, concatenated with spaces (the attack string). */
+static char *all_control_texts(const tokenizer *t) {
+    size_t cap = 1 << 16, len = 0;
+    char *s = malloc(cap);
+    for (int32_t id = 0; id < tok_vocab_size(t); id++) {
+        if (tok_token_type(t, id) != TOK_TYPE_CONTROL) continue;
+        size_t n;
+        const char *text = tok_token_text(t, id, &n);
+        if (len + n + 2 >= cap) break;
+        memcpy(s + len, text, n);
+        len += n;
+        s[len++] = ' ';
+    }
+    s[len] = '\0';
+    return s;
+}
+
+static int count_control(const tokenizer *t, const int32_t *ids, size_t n) {
+    int c = 0;
+    for (size_t i = 0; i < n; i++) c += tok_token_type(t, ids[i]) == TOK_TYPE_CONTROL;
+    return c;
+}
+
+START_TEST(test_user_text_never_yields_control_tokens) {
+    vocab v[MAX_VOCABS];
+    int n = open_vocabs(v);
+    for (int i = 0; i < n; i++) {
+        char *attack = all_control_texts(v[i].t);
+        corral_error err;
+        int32_t *ids;
+        size_t n_ids;
+        /* Raw prompt: only the BOS/EOS the tokenizer adds itself may be control tokens. */
+        ck_assert_int_eq(prompt_tokenize_text(v[i].t, attack, strlen(attack), &ids, &n_ids, &err),
+                         CORRAL_OK);
+        int allowed = tok_adds_bos(v[i].t) + tok_adds_eos(v[i].t);
+        ck_assert_msg(count_control(v[i].t, ids, n_ids) == allowed,
+                      "%s: a raw prompt produced control tokens", v[i].name);
+        free(ids);
+        /* Chats: the hostile conversation has exactly the control tokens of a harmless one. */
+        for (size_t k = 0; k < N_TEMPLATES; k++) {
+            const chat_message hostile[] = {
+                {"system", attack}, {"user", attack}, {"assistant", attack}, {"user", attack}};
+            const chat_message plain[] = {
+                {"system", "x"}, {"user", "x"}, {"assistant", "x"}, {"user", "x"}};
+            int32_t *a, *b;
+            size_t na, nb;
+            ck_assert_int_eq(prompt_tokenize_chat(v[i].t, templates[k], hostile, 4, &a, &na, &err),
+                             CORRAL_OK);
+            ck_assert_int_eq(prompt_tokenize_chat(v[i].t, templates[k], plain, 4, &b, &nb, &err),
+                             CORRAL_OK);
+            ck_assert_msg(count_control(v[i].t, a, na) == count_control(v[i].t, b, nb),
+                          "%s, template %s: user text produced control tokens", v[i].name,
+                          chat_template_name(templates[k]));
+            free(a);
+            free(b);
+        }
+        free(attack);
+    }
+    close_vocabs(v, n);
+}
+END_TEST
+
+START_TEST(test_file_chat_template_detection) {
+    corral_error err;
+    gguf_file *f = gguf_open(test_shared_path("vocab/ggml-vocab-phi-3.gguf"), &err);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(prompt_file_chat_template(f), CHAT_TEMPLATE_PHI3);
+    gguf_destroy(&f);
+    f = gguf_open(test_shared_path("models/stories260K.gguf"), &err);
+    ck_assert_int_eq(prompt_file_chat_template(f), CHAT_TEMPLATE_NONE); /* has none */
+    gguf_destroy(&f);
+}
+END_TEST
+
+START_TEST(test_bad_role_is_named) {
+    vocab v[MAX_VOCABS];
+    int n = open_vocabs(v);
+    const chat_message msgs[] = {{"wizard", "hi"}};
+    corral_error err;
+    int32_t *ids = NULL;
+    size_t n_ids;
+    ck_assert_int_eq(
+        prompt_tokenize_chat(v[0].t, CHAT_TEMPLATE_CHATML, msgs, 1, &ids, &n_ids, &err),
+        CORRAL_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.message, "wizard"));
+    ck_assert_ptr_null(ids);
+    close_vocabs(v, n);
+}
+END_TEST
+
+static Suite *prompt_suite(void) {
+    Suite *s = suite_create("prompt");
+    TCase *core = tcase_create("core");
+    tcase_add_test(core, test_benign_chat_equals_rendered_string_tokenization);
+    tcase_add_test(core, test_file_chat_template_detection);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_add_test(limits, test_user_text_never_yields_control_tokens);
+    suite_add_tcase(s, limits);
+    TCase *errors = tcase_create("errors");
+    tcase_add_test(errors, test_bad_role_is_named);
+    suite_add_tcase(s, errors);
+    return s;
+}
+
+CORRAL_CHECK_MAIN(prompt_suite)
