@@ -1,64 +1,208 @@
 /*
- * config.c — the config table and the YAML walker that applies a file to it.
+ * config.c — the config tables and the YAML walker that applies a file to them.
  *
  * How a file is read: libyaml loads the whole document as a node tree (so every node keeps its
- * line and column). The walker visits the root mapping; each key is joined to its parent's path
- * with '.' ("limits" + "max_message_bytes"). A path that names a table row is parsed by that row's
- * type; a path that is a prefix of some rows is a section and must be a mapping; anything else is
- * an unknown key. The first problem stops the load and is reported with its position.
+ * line and column). The walker visits a mapping against a table; each key is joined to its
+ * parent's path with '.' ("limits" + "max_message_bytes"). A path that names a row is parsed by
+ * that row's type; a path that is a prefix of some rows is a section and must be a mapping;
+ * anything else is an unknown key. A LIST row (models, apps) holds a sequence of mappings, each
+ * walked against the row's item table after that table's defaults are applied. The first problem
+ * stops the load and is reported with its position.
+ *
+ * Defaults are YAML text in the tables and are applied by the same walker, so a default can never
+ * be something the file could not say.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "corral/endpoint.h"
 
 typedef enum cfg_type {
     CFG_TYPE_BYTES,     /* unsigned byte count, with optional K/M/G/T suffix (KiB = 1024) */
+    CFG_TYPE_MEMORY,    /* a byte count, or "N%" of the machine's RAM */
+    CFG_TYPE_INT,       /* int64 within [min, max] */
+    CFG_TYPE_FLOAT,     /* float within [fmin, fmax] */
+    CFG_TYPE_DOUBLE,    /* double within [fmin, fmax] */
+    CFG_TYPE_BOOL,      /* true | false */
+    CFG_TYPE_STRING,    /* any string (char *, owned) */
+    CFG_TYPE_PATH,      /* a string; relative paths resolve against the config file's folder */
     CFG_TYPE_LOG_LEVEL, /* error | warn | info | debug | trace */
+    CFG_TYPE_PRIORITY,  /* background | interactive | realtime */
+    CFG_TYPE_KV_TYPE,   /* f16 | f32 (stored as bool: f32) */
     CFG_TYPE_ENDPOINTS, /* a sequence of endpoint strings (or one string) */
+    CFG_TYPE_NAMES,     /* a sequence of names (or one name) */
+    CFG_TYPE_LIST,      /* a sequence of mappings, each walked against item_table */
 } cfg_type;
 
+typedef struct cfg_table cfg_table;
+
 typedef struct cfg_option {
-    const char *path; /* dotted key path */
+    const char *path;          /* dotted key path */
     cfg_type type;
-    size_t offset;             /* field in struct cfg */
-    uint64_t min, max;         /* inclusive bounds for numeric types */
-    const char *default_value; /* YAML text, parsed like a value from a file */
+    size_t offset;             /* the field in the struct the table describes */
+    int64_t min, max;          /* inclusive bounds for INT and BYTES */
+    double fmin, fmax;         /* inclusive bounds for FLOAT/DOUBLE */
+    const char *default_value; /* YAML text, parsed like a value from a file; NULL: none */
+    bool required;             /* must be given (list items) */
+    ptrdiff_t has_offset;      /* >= 0: a bool field set when the key is given; -1: none */
+    /* LIST: the item table, the item size and where the count lives. NAMES/ENDPOINTS: count. */
+    const cfg_table *item_table;
+    size_t item_size;
+    size_t count_offset;
     const char *doc;
 } cfg_option;
 
-static const cfg_option cfg_options[] = {
-    {.path = "listen",
-     .type = CFG_TYPE_ENDPOINTS,
-     .offset = offsetof(cfg, listen),
-     .default_value = "[]",
-     .doc = "endpoints to bind: ipc://ABSOLUTE/PATH or tcp://127.0.0.1:PORT; empty means "
-            "ipc://$XDG_RUNTIME_DIR/corral/corral.sock (or /tmp/corral-$UID/corral.sock)"},
-    {.path = "log_level",
-     .type = CFG_TYPE_LOG_LEVEL,
-     .offset = offsetof(cfg, log_level),
-     .default_value = "info",
-     .doc = "error, warn, info, debug or trace; CORRAL_LOG_LEVEL and --log-level override it"},
-    {.path = "limits.max_message_bytes",
-     .type = CFG_TYPE_BYTES,
-     .offset = offsetof(cfg, max_message_bytes),
-     .min = 1024,
-     .max = 256ull << 20,
-     .default_value = "1MiB",
-     .doc = "largest request message accepted (ZMQ_MAXMSGSIZE); larger ones drop the connection"},
+struct cfg_table {
+    const cfg_option *options;
+    size_t n;
 };
 
-enum { CFG_N_OPTIONS = sizeof cfg_options / sizeof cfg_options[0] };
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+#define NO_HAS .has_offset = -1
 
-/* ---- value parsers: each returns NULL on success or a static description of what was wanted */
+/* ---- the tables --------------------------------------------------------------------------- */
+
+#define SAMPLING_OPT(key, t, field, lo, hi, what)                                                 \
+    {.path = "defaults." key, .type = t, .offset = offsetof(cfg_model, defaults.field),          \
+     .fmin = lo, .fmax = hi, .min = (int64_t)(lo), .max = (int64_t)(hi),                         \
+     .has_offset = offsetof(cfg_model, defaults.has_##field), .doc = what}
+
+static const cfg_option model_options[] = {
+    {.path = "name", .type = CFG_TYPE_STRING, .offset = offsetof(cfg_model, name),
+     .required = true, NO_HAS, .doc = "the name clients use"},
+    {.path = "path", .type = CFG_TYPE_PATH, .offset = offsetof(cfg_model, path), .required = true,
+     NO_HAS, .doc = "GGUF file (relative to this file's folder)"},
+    {.path = "context", .type = CFG_TYPE_INT, .offset = offsetof(cfg_model, context), .min = 0,
+     .max = 1 << 20, .default_value = "0", NO_HAS,
+     .doc = "tokens per conversation; 0 = the model's own, at most 4096"},
+    {.path = "kv_type", .type = CFG_TYPE_KV_TYPE, .offset = offsetof(cfg_model, kv_f32),
+     .default_value = "f16", NO_HAS, .doc = "KV cache element type: f16 or f32"},
+    {.path = "priority", .type = CFG_TYPE_PRIORITY, .offset = offsetof(cfg_model, priority),
+     .default_value = "interactive", NO_HAS,
+     .doc = "class of requests that name none: background, interactive, realtime"},
+    {.path = "pin", .type = CFG_TYPE_BOOL, .offset = offsetof(cfg_model, pin),
+     .default_value = "false", NO_HAS, .doc = "never unload or swap out this model"},
+    {.path = "preload", .type = CFG_TYPE_BOOL, .offset = offsetof(cfg_model, preload),
+     .default_value = "false", NO_HAS, .doc = "load at start instead of on first use"},
+    {.path = "template", .type = CFG_TYPE_STRING, .offset = offsetof(cfg_model, chat_template),
+     NO_HAS, .doc = "chat template name overriding the file's (chatml, llama3, ...)"},
+    SAMPLING_OPT("temperature", CFG_TYPE_FLOAT, temperature, 0, 100, "sampling temperature"),
+    SAMPLING_OPT("top_k", CFG_TYPE_INT, top_k, 0, 1 << 24, "top-k (0 = off)"),
+    SAMPLING_OPT("top_p", CFG_TYPE_FLOAT, top_p, 1e-9, 1, "top-p (1 = off)"),
+    SAMPLING_OPT("min_p", CFG_TYPE_FLOAT, min_p, 0, 1, "min-p (0 = off)"),
+    SAMPLING_OPT("repeat_penalty", CFG_TYPE_FLOAT, repeat_penalty, 1e-9, 100,
+                 "repetition penalty (1 = off)"),
+    SAMPLING_OPT("presence_penalty", CFG_TYPE_FLOAT, presence_penalty, -100, 100,
+                 "presence penalty"),
+    SAMPLING_OPT("frequency_penalty", CFG_TYPE_FLOAT, frequency_penalty, -100, 100,
+                 "frequency penalty"),
+    SAMPLING_OPT("penalty_last_n", CFG_TYPE_INT, penalty_last_n, 0, 65536,
+                 "tokens the penalties look back over"),
+    SAMPLING_OPT("max_tokens", CFG_TYPE_INT, max_tokens, 1, 1 << 20,
+                 "tokens generated when a request names no limit"),
+};
+static const cfg_table model_table = {model_options, N_OF(model_options)};
+
+static const cfg_option app_options[] = {
+    {.path = "name", .type = CFG_TYPE_STRING, .offset = offsetof(cfg_app, name), .required = true,
+     NO_HAS, .doc = "the name clients send in Request.app"},
+    {.path = "models", .type = CFG_TYPE_NAMES, .offset = offsetof(cfg_app, models),
+     .count_offset = offsetof(cfg_app, n_models), .default_value = "[]", NO_HAS,
+     .doc = "models the app may use; empty = all"},
+    {.path = "max_priority", .type = CFG_TYPE_PRIORITY, .offset = offsetof(cfg_app, max_priority),
+     .default_value = "interactive", NO_HAS, .doc = "highest class the app may ask for"},
+};
+static const cfg_table app_table = {app_options, N_OF(app_options)};
+
+static const cfg_option root_options[] = {
+    {.path = "listen", .type = CFG_TYPE_ENDPOINTS, .offset = offsetof(cfg, listen),
+     .count_offset = offsetof(cfg, n_listen), .default_value = "[]", NO_HAS,
+     .doc = "endpoints to bind: ipc://ABSOLUTE/PATH or tcp://127.0.0.1:PORT; empty means "
+            "ipc://$XDG_RUNTIME_DIR/corral/corral.sock (or /tmp/corral-$UID/corral.sock)"},
+    {.path = "log_level", .type = CFG_TYPE_LOG_LEVEL, .offset = offsetof(cfg, log_level),
+     .default_value = "info", NO_HAS,
+     .doc = "error, warn, info, debug or trace; CORRAL_LOG_LEVEL and --log-level override it"},
+    {.path = "threads", .type = CFG_TYPE_INT, .offset = offsetof(cfg, threads), .min = 0,
+     .max = 1024, .default_value = "0", NO_HAS,
+     .doc = "compute threads shared by all models; 0 = one per physical core"},
+    {.path = "limits.max_message_bytes", .type = CFG_TYPE_BYTES,
+     .offset = offsetof(cfg, max_message_bytes), .min = 1024, .max = 256ll << 20,
+     .default_value = "1MiB", NO_HAS,
+     .doc = "largest request message accepted (ZMQ_MAXMSGSIZE); larger ones drop the connection"},
+    {.path = "limits.queue_per_model", .type = CFG_TYPE_INT, .offset = offsetof(cfg, queue_per_model),
+     .min = 1, .max = 100000, .default_value = "64", NO_HAS,
+     .doc = "requests waiting or running per model before RESOURCE_EXHAUSTED"},
+    {.path = "limits.queue_per_app", .type = CFG_TYPE_INT, .offset = offsetof(cfg, queue_per_app),
+     .min = 1, .max = 100000, .default_value = "64", NO_HAS,
+     .doc = "requests waiting or running per app before RESOURCE_EXHAUSTED"},
+    {.path = "limits.active_per_model", .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, active_per_model), .min = 1, .max = 1024, .default_value = "8",
+     NO_HAS, .doc = "requests of one model computed at once (interleaved token by token)"},
+    {.path = "limits.stall_timeout_ms", .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, stall_timeout_ms), .min = 100, .max = 86400000,
+     .default_value = "30000", NO_HAS,
+     .doc = "a stream whose client stopped reading is paused, then cancelled after this"},
+    {.path = "limits.peer_timeout_ms", .type = CFG_TYPE_INT, .offset = offsetof(cfg, peer_timeout_ms),
+     .min = 100, .max = 86400000, .default_value = "30000", NO_HAS,
+     .doc = "requests of a client silent for this long (no ping, no request) are cancelled"},
+    {.path = "limits.session_ttl_ms", .type = CFG_TYPE_INT, .offset = offsetof(cfg, session_ttl_ms),
+     .min = 1000, .max = 30ll * 86400000, .default_value = "600000", NO_HAS,
+     .doc = "idle sessions (and their KV caches) are dropped after this"},
+    {.path = "limits.max_sessions", .type = CFG_TYPE_INT, .offset = offsetof(cfg, max_sessions),
+     .min = 0, .max = 100000, .default_value = "256", NO_HAS,
+     .doc = "sessions kept at once; the least recently used goes first"},
+    {.path = "limits.prefill_chunk", .type = CFG_TYPE_INT, .offset = offsetof(cfg, prefill_chunk),
+     .min = 1, .max = 8192, .default_value = "64", NO_HAS,
+     .doc = "prompt tokens per scheduling step: smaller lets urgent requests cut in sooner"},
+    {.path = "memory.limit", .type = CFG_TYPE_MEMORY, .offset = offsetof(cfg, memory_limit),
+     .min = 1 << 20, .max = INT64_MAX, .default_value = "50%", NO_HAS,
+     .doc = "memory budget for models and their state: bytes (4GiB) or a share of RAM (50%)"},
+    {.path = "memory.high_watermark", .type = CFG_TYPE_DOUBLE,
+     .offset = offsetof(cfg, high_watermark), .fmin = 0.05, .fmax = 1.0, .default_value = "0.85",
+     NO_HAS, .doc = "fraction of the limit at which eviction starts"},
+    {.path = "memory.low_watermark", .type = CFG_TYPE_DOUBLE,
+     .offset = offsetof(cfg, low_watermark), .fmin = 0.01, .fmax = 1.0, .default_value = "0.70",
+     NO_HAS, .doc = "fraction of the limit eviction brings memory down to"},
+    {.path = "memory.swap_dir", .type = CFG_TYPE_PATH, .offset = offsetof(cfg, swap_dir),
+     .default_value = "/var/tmp/corral", NO_HAS,
+     .doc = "where swapped-out state is written (an SSD is best)"},
+    {.path = "models", .type = CFG_TYPE_LIST, .offset = offsetof(cfg, models),
+     .count_offset = offsetof(cfg, n_models), .item_table = &model_table,
+     .item_size = sizeof(cfg_model), .default_value = "[]", NO_HAS,
+     .doc = "the models served (name, path, context, kv_type, priority, pin, preload, template, "
+            "defaults: {temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, "
+            "frequency_penalty, penalty_last_n, max_tokens})"},
+    {.path = "apps", .type = CFG_TYPE_LIST, .offset = offsetof(cfg, apps),
+     .count_offset = offsetof(cfg, n_apps), .item_table = &app_table, .item_size = sizeof(cfg_app),
+     .default_value = "[]", NO_HAS,
+     .doc = "the apps that connect (name, models, max_priority); apps not listed get the default: "
+            "every model, up to interactive"},
+};
+static const cfg_table root_table = {root_options, N_OF(root_options)};
+
+/* ---- names of enumerations ---------------------------------------------------------------- */
+
+static const char *const priority_names[] = {
+    [CFG_PRIORITY_BACKGROUND] = "background",
+    [CFG_PRIORITY_INTERACTIVE] = "interactive",
+    [CFG_PRIORITY_REALTIME] = "realtime",
+};
+
+const char *cfg_priority_name(cfg_priority p) {
+    return p >= CFG_PRIORITY_BACKGROUND && p <= CFG_PRIORITY_REALTIME ? priority_names[p] : NULL;
+}
+
+/* ---- value parsers: each returns NULL on success or a description of what was wanted ------- */
 
 static const char *parse_bytes(const char *text, uint64_t *out) {
     const char *want = "a byte size such as 1048576, 512KiB, 1MiB or 4GiB";
@@ -71,10 +215,10 @@ static const char *parse_bytes(const char *text, uint64_t *out) {
     static const struct {
         const char *suffix;
         unsigned shift;
-    } units[] = {{"", 0},     {"B", 0},   {"K", 10},   {"KB", 10}, {"KiB", 10},
-                 {"M", 20},   {"MB", 20}, {"MiB", 20}, {"G", 30},  {"GB", 30},
-                 {"GiB", 30}, {"T", 40},  {"TB", 40},  {"TiB", 40}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    } units[] = {{"", 0},   {"B", 0},    {"K", 10},   {"KB", 10}, {"KiB", 10},
+                 {"M", 20}, {"MB", 20},  {"MiB", 20}, {"G", 30},  {"GB", 30},
+                 {"GiB", 30}, {"T", 40}, {"TB", 40},  {"TiB", 40}};
+    for (size_t i = 0; i < N_OF(units); i++) {
         if (strcmp(end, units[i].suffix) != 0) continue;
         if (units[i].shift && value > (UINT64_MAX >> units[i].shift)) return want;
         *out = (uint64_t)value << units[i].shift;
@@ -83,12 +227,49 @@ static const char *parse_bytes(const char *text, uint64_t *out) {
     return want;
 }
 
-/* ---- the loader ---------------------------------------------------------------------------- */
+static uint64_t machine_ram_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+static const char *parse_memory(const char *text, uint64_t *out) {
+    size_t len = strlen(text);
+    if (len > 1 && text[len - 1] == '%') {
+        char *end;
+        errno = 0;
+        double pct = strtod(text, &end);
+        if (end != text + len - 1 || errno || !(pct > 0 && pct <= 100))
+            return "a share of RAM between 0% and 100%, or a byte size";
+        *out = (uint64_t)((double)machine_ram_bytes() * pct / 100.0);
+        return NULL;
+    }
+    return parse_bytes(text, out) ? "a byte size (4GiB) or a share of RAM (50%)" : NULL;
+}
+
+static const char *parse_int(const char *text, int64_t *out) {
+    errno = 0;
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end || errno == ERANGE) return "an integer";
+    *out = v;
+    return NULL;
+}
+
+static const char *parse_double(const char *text, double *out) {
+    errno = 0;
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno == ERANGE || !isfinite(v)) return "a number";
+    *out = v;
+    return NULL;
+}
+
+/* ---- the loader ----------------------------------------------------------------------------- */
 
 typedef struct cfg_loader {
-    cfg *c;
     yaml_document_t *doc;
-    const char *name;
+    const char *name;     /* file name for messages */
+    const char *base_dir; /* for relative paths; NULL = as given */
     corral_error *err;
 } cfg_loader;
 
@@ -104,16 +285,20 @@ static corral_status cfg_fail(cfg_loader *ld, const yaml_node_t *node, const cha
                             node->start_mark.line + 1, node->start_mark.column + 1, what);
 }
 
-static const cfg_option *cfg_find_option(const char *path) {
-    for (size_t i = 0; i < CFG_N_OPTIONS; i++)
-        if (strcmp(cfg_options[i].path, path) == 0) return &cfg_options[i];
+static corral_status cfg_oom(cfg_loader *ld) {
+    return corral_error_set(ld->err, CORRAL_OUT_OF_MEMORY, "out of memory reading %s", ld->name);
+}
+
+static const cfg_option *cfg_find_option(const cfg_table *t, const char *path) {
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->options[i].path, path) == 0) return &t->options[i];
     return NULL;
 }
 
-static int cfg_is_section(const char *path) {
+static int cfg_is_section(const cfg_table *t, const char *path) {
     size_t len = strlen(path);
-    for (size_t i = 0; i < CFG_N_OPTIONS; i++)
-        if (strncmp(cfg_options[i].path, path, len) == 0 && cfg_options[i].path[len] == '.')
+    for (size_t i = 0; i < t->n; i++)
+        if (strncmp(t->options[i].path, path, len) == 0 && t->options[i].path[len] == '.')
             return 1;
     return 0;
 }
@@ -122,13 +307,10 @@ static const char *node_kind(const yaml_node_t *node) {
     switch (node->type) {
         case YAML_SCALAR_NODE:
             return node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? "a plain value"
-                                                                      : "a quoted string";
-        case YAML_SEQUENCE_NODE:
-            return "a list";
-        case YAML_MAPPING_NODE:
-            return "a mapping";
-        default:
-            return "nothing";
+                                                                     : "a quoted string";
+        case YAML_SEQUENCE_NODE: return "a list";
+        case YAML_MAPPING_NODE: return "a mapping";
+        default: return "nothing";
     }
 }
 
@@ -136,90 +318,249 @@ static const char *scalar_text(const yaml_node_t *node) {
     return (const char *)node->data.scalar.value;
 }
 
-static corral_status cfg_set_endpoints(cfg_loader *ld, const cfg_option *opt, yaml_node_t *node) {
-    size_t n = 0;
-    yaml_node_t *items[64];
-    if (node->type == YAML_SCALAR_NODE) {
-        items[n++] = node;
-    } else if (node->type == YAML_SEQUENCE_NODE) {
-        for (yaml_node_item_t *it = node->data.sequence.items.start;
-             it < node->data.sequence.items.top; it++) {
-            if (n == sizeof items / sizeof items[0])
-                return cfg_fail(ld, node, "%s: at most %zu endpoints", opt->path,
-                                sizeof items / sizeof items[0]);
-            items[n++] = yaml_document_get_node(ld->doc, *it);
-        }
-    } else {
-        return cfg_fail(ld, node, "%s: expected an endpoint or a list of endpoints, got %s",
-                        opt->path, node_kind(node));
-    }
+static void free_string_list(char **list, size_t n) {
+    for (size_t i = 0; i < n; i++) free(list[i]);
+    free(list);
+}
 
-    char **list = calloc(n ? n : 1, sizeof *list);
-    if (!list) return corral_error_set(ld->err, CORRAL_OUT_OF_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        if (items[i]->type != YAML_SCALAR_NODE) {
-            for (size_t j = 0; j < i; j++) free(list[j]);
-            free(list);
-            return cfg_fail(ld, items[i], "%s: expected an endpoint string, got %s", opt->path,
-                            node_kind(items[i]));
-        }
-        corral_error why;
-        if (endpoint_validate(scalar_text(items[i]), &why) != CORRAL_OK) {
-            for (size_t j = 0; j < i; j++) free(list[j]);
-            free(list);
-            return cfg_fail(ld, items[i], "%s: %s", opt->path, why.message);
-        }
-        list[i] = strdup(scalar_text(items[i]));
-        if (!list[i]) {
-            for (size_t j = 0; j < i; j++) free(list[j]);
-            free(list);
-            return corral_error_set(ld->err, CORRAL_OUT_OF_MEMORY, "out of memory");
-        }
+static void cfg_free_fields(const cfg_table *t, void *base);
+
+/* The nodes of a value that may be one scalar or a list of scalars. */
+static corral_status scalar_items(cfg_loader *ld, const cfg_option *opt, yaml_node_t *node,
+                                  yaml_node_t ***items, size_t *n, const char *want) {
+    *n = 0;
+    *items = NULL;
+    if (node->type == YAML_SCALAR_NODE) {
+        if (scalar_text(node)[0] == '\0' && node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+            return CORRAL_OK; /* "key:" with nothing: an empty list */
+        *items = malloc(sizeof **items);
+        if (!*items) return cfg_oom(ld);
+        (*items)[(*n)++] = node;
+        return CORRAL_OK;
     }
-    cfg *c = ld->c;
-    for (size_t i = 0; i < c->n_listen; i++) free(c->listen[i]);
-    free(c->listen);
-    c->listen = list;
-    c->n_listen = n;
+    if (node->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(ld, node, "%s: expected %s or a list of them, got %s", opt->path, want,
+                        node_kind(node));
+    size_t count = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
+    *items = malloc((count ? count : 1) * sizeof **items);
+    if (!*items) return cfg_oom(ld);
+    for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = yaml_document_get_node(ld->doc, *it);
+        if (item->type != YAML_SCALAR_NODE) {
+            free(*items);
+            *items = NULL;
+            return cfg_fail(ld, item, "%s: expected %s, got %s", opt->path, want, node_kind(item));
+        }
+        (*items)[(*n)++] = item;
+    }
     return CORRAL_OK;
 }
 
-static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, yaml_node_t *node) {
-    void *field = (char *)ld->c + opt->offset;
-    if (opt->type == CFG_TYPE_ENDPOINTS) return cfg_set_endpoints(ld, opt, node);
+/* ENDPOINTS and NAMES: a list of strings, each checked. */
+static corral_status cfg_set_strings(cfg_loader *ld, const cfg_option *opt, void *base,
+                                     yaml_node_t *node) {
+    const bool endpoints = opt->type == CFG_TYPE_ENDPOINTS;
+    yaml_node_t **items;
+    size_t n;
+    corral_status st =
+        scalar_items(ld, opt, node, &items, &n, endpoints ? "an endpoint" : "a name");
+    if (st != CORRAL_OK) return st;
+    char **list = calloc(n ? n : 1, sizeof *list);
+    if (!list) {
+        free(items);
+        return cfg_oom(ld);
+    }
+    for (size_t i = 0; i < n && st == CORRAL_OK; i++) {
+        const char *text = scalar_text(items[i]);
+        corral_error why;
+        if (endpoints && endpoint_validate(text, &why) != CORRAL_OK)
+            st = cfg_fail(ld, items[i], "%s: %s", opt->path, why.message);
+        else if (!endpoints && !text[0])
+            st = cfg_fail(ld, items[i], "%s: empty name", opt->path);
+        else if (!(list[i] = strdup(text)))
+            st = cfg_oom(ld);
+    }
+    free(items);
+    if (st != CORRAL_OK) {
+        free_string_list(list, n);
+        return st;
+    }
+    char ***field = (char ***)((char *)base + opt->offset);
+    size_t *count = (size_t *)((char *)base + opt->count_offset);
+    free_string_list(*field, *count);
+    *field = list;
+    *count = n;
+    return CORRAL_OK;
+}
 
-    if (node->type != YAML_SCALAR_NODE || node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return cfg_fail(ld, node, "%s: expected a plain value, got %s", opt->path, node_kind(node));
-    const char *text = scalar_text(node);
+static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *base,
+                                      yaml_node_t *map, const char *prefix);
+static corral_status cfg_apply_defaults(const cfg_table *t, void *base, corral_error *err);
+
+/* LIST: a sequence of mappings; each item starts from the item table's defaults. */
+static corral_status cfg_set_list(cfg_loader *ld, const cfg_option *opt, void *base,
+                                  yaml_node_t *node) {
+    if (node->type == YAML_SCALAR_NODE && scalar_text(node)[0] == '\0' &&
+        node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+        node = NULL; /* "models:" with nothing after it */
+    } else if (node->type != YAML_SEQUENCE_NODE) {
+        return cfg_fail(ld, node, "%s: expected a list of mappings, got %s", opt->path,
+                        node_kind(node));
+    }
+    const cfg_table *it = opt->item_table;
+    size_t n = node ? (size_t)(node->data.sequence.items.top - node->data.sequence.items.start) : 0;
+    char *items = calloc(n ? n : 1, opt->item_size);
+    if (!items) return cfg_oom(ld);
+    corral_status st = CORRAL_OK;
+    size_t done = 0;
+    for (; done < n && st == CORRAL_OK; done++) {
+        yaml_node_t *item = yaml_document_get_node(ld->doc, node->data.sequence.items.start[done]);
+        void *ib = items + done * opt->item_size;
+        if (item->type != YAML_MAPPING_NODE) {
+            st = cfg_fail(ld, item, "%s: each entry must be a mapping, got %s", opt->path,
+                          node_kind(item));
+            break;
+        }
+        st = cfg_apply_defaults(it, ib, ld->err);
+        if (st == CORRAL_OK) st = cfg_walk_mapping(ld, it, ib, item, "");
+        /* Required keys. */
+        for (size_t k = 0; st == CORRAL_OK && k < it->n; k++) {
+            const cfg_option *o = &it->options[k];
+            if (o->required && !*(char **)((char *)ib + o->offset))
+                st = cfg_fail(ld, item, "%s: entry %zu lacks the required key '%s'", opt->path,
+                              done + 1, o->path);
+        }
+        /* Names are unique within a list (every list item table starts with `name`). */
+        const char *name = *(char **)((char *)ib + it->options[0].offset);
+        for (size_t k = 0; st == CORRAL_OK && k < done; k++) {
+            const char *other = *(char **)(items + k * opt->item_size + it->options[0].offset);
+            if (strcmp(name, other) == 0)
+                st = cfg_fail(ld, item, "%s: the name '%s' is used twice", opt->path, name);
+        }
+        if (st == CORRAL_OK && it == &model_table)
+            ((cfg_model *)ib)->cfg_line = (int)item->start_mark.line + 1;
+    }
+    if (st != CORRAL_OK) {
+        for (size_t k = 0; k < (done < n ? done + 1 : n); k++)
+            cfg_free_fields(it, items + k * opt->item_size);
+        free(items);
+        return st;
+    }
+    void **field = (void **)((char *)base + opt->offset);
+    size_t *count = (size_t *)((char *)base + opt->count_offset);
+    for (size_t k = 0; k < *count; k++) cfg_free_fields(it, (char *)*field + k * opt->item_size);
+    free(*field);
+    *field = items;
+    *count = n;
+    return CORRAL_OK;
+}
+
+static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void *base,
+                                    yaml_node_t *node) {
+    void *field = (char *)base + opt->offset;
     switch (opt->type) {
-        case CFG_TYPE_BYTES: {
+        case CFG_TYPE_ENDPOINTS:
+        case CFG_TYPE_NAMES: return cfg_set_strings(ld, opt, base, node);
+        case CFG_TYPE_LIST: return cfg_set_list(ld, opt, base, node);
+        default: break;
+    }
+    if (node->type != YAML_SCALAR_NODE)
+        return cfg_fail(ld, node, "%s: expected a single value, got %s", opt->path,
+                        node_kind(node));
+    const char *text = scalar_text(node);
+    const bool plain = node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    if (!plain && opt->type != CFG_TYPE_STRING && opt->type != CFG_TYPE_PATH)
+        return cfg_fail(ld, node, "%s: expected a plain value, got a quoted string", opt->path);
+    const char *want = NULL;
+    switch (opt->type) {
+        case CFG_TYPE_BYTES:
+        case CFG_TYPE_MEMORY: {
             uint64_t value;
-            const char *want = parse_bytes(text, &value);
-            if (want) return cfg_fail(ld, node, "%s: expected %s, got '%s'", opt->path, want, text);
-            if (value < opt->min || value > opt->max)
-                return cfg_fail(ld, node, "%s: %s is out of range [%llu, %llu] bytes", opt->path,
-                                text, (unsigned long long)opt->min, (unsigned long long)opt->max);
+            want = opt->type == CFG_TYPE_BYTES ? parse_bytes(text, &value)
+                                               : parse_memory(text, &value);
+            if (want) break;
+            if (value < (uint64_t)opt->min || value > (uint64_t)opt->max)
+                return cfg_fail(ld, node, "%s: %s is out of range [%lld, %lld] bytes", opt->path,
+                                text, (long long)opt->min, (long long)opt->max);
             *(uint64_t *)field = value;
-            return CORRAL_OK;
+            break;
+        }
+        case CFG_TYPE_INT: {
+            int64_t value;
+            if ((want = parse_int(text, &value))) break;
+            if (value < opt->min || value > opt->max)
+                return cfg_fail(ld, node, "%s: %s is out of range [%lld, %lld]", opt->path, text,
+                                (long long)opt->min, (long long)opt->max);
+            *(int64_t *)field = value;
+            break;
+        }
+        case CFG_TYPE_FLOAT:
+        case CFG_TYPE_DOUBLE: {
+            double value;
+            if ((want = parse_double(text, &value))) break;
+            if (value < opt->fmin || value > opt->fmax)
+                return cfg_fail(ld, node, "%s: %s is out of range [%g, %g]", opt->path, text,
+                                opt->fmin, opt->fmax);
+            if (opt->type == CFG_TYPE_FLOAT) *(float *)field = (float)value;
+            else *(double *)field = value;
+            break;
+        }
+        case CFG_TYPE_BOOL:
+            if (strcmp(text, "true") == 0) *(bool *)field = true;
+            else if (strcmp(text, "false") == 0) *(bool *)field = false;
+            else want = "true or false";
+            break;
+        case CFG_TYPE_STRING:
+        case CFG_TYPE_PATH: {
+            if (!text[0]) return cfg_fail(ld, node, "%s: must not be empty", opt->path);
+            char *copy;
+            if (opt->type == CFG_TYPE_PATH && text[0] != '/' && ld->base_dir) {
+                size_t need = strlen(ld->base_dir) + strlen(text) + 2;
+                copy = malloc(need);
+                if (copy) snprintf(copy, need, "%s/%s", ld->base_dir, text);
+            } else {
+                copy = strdup(text);
+            }
+            if (!copy) return cfg_oom(ld);
+            free(*(char **)field);
+            *(char **)field = copy;
+            break;
         }
         case CFG_TYPE_LOG_LEVEL: {
             log_level level;
             if (log_level_parse(text, &level) != 0)
-                return cfg_fail(ld, node,
-                                "%s: expected one of error, warn, info, debug, trace, got '%s'",
-                                opt->path, text);
-            *(log_level *)field = level;
-            return CORRAL_OK;
-        }
-        case CFG_TYPE_ENDPOINTS:
+                want = "one of error, warn, info, debug, trace";
+            else *(log_level *)field = level;
             break;
+        }
+        case CFG_TYPE_PRIORITY: {
+            want = "one of background, interactive, realtime";
+            for (int p = CFG_PRIORITY_BACKGROUND; p <= CFG_PRIORITY_REALTIME; p++)
+                if (strcmp(text, priority_names[p]) == 0) {
+                    *(cfg_priority *)field = (cfg_priority)p;
+                    want = NULL;
+                }
+            break;
+        }
+        case CFG_TYPE_KV_TYPE:
+            if (strcmp(text, "f16") == 0) *(bool *)field = false;
+            else if (strcmp(text, "f32") == 0) *(bool *)field = true;
+            else want = "f16 or f32";
+            break;
+        case CFG_TYPE_ENDPOINTS:
+        case CFG_TYPE_NAMES:
+        case CFG_TYPE_LIST: break;
     }
-    return cfg_fail(ld, node, "%s: internal error: unhandled option type", opt->path);
+    if (want) return cfg_fail(ld, node, "%s: expected %s, got '%s'", opt->path, want, text);
+    if (opt->has_offset >= 0) *(bool *)((char *)base + opt->has_offset) = true;
+    return CORRAL_OK;
 }
 
-static corral_status cfg_walk_mapping(cfg_loader *ld, yaml_node_t *map, const char *prefix) {
-    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
-         pair++) {
+static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *base,
+                                      yaml_node_t *map, const char *prefix) {
+    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
+         pair < map->data.mapping.pairs.top; pair++) {
         yaml_node_t *key = yaml_document_get_node(ld->doc, pair->key);
         yaml_node_t *value = yaml_document_get_node(ld->doc, pair->value);
         if (key->type != YAML_SCALAR_NODE)
@@ -230,23 +571,24 @@ static corral_status cfg_walk_mapping(cfg_loader *ld, yaml_node_t *map, const ch
             yaml_node_t *prev_key = yaml_document_get_node(ld->doc, prev->key);
             if (prev_key->type == YAML_SCALAR_NODE &&
                 strcmp(scalar_text(prev_key), scalar_text(key)) == 0)
-                return cfg_fail(ld, key, "duplicate key '%s' (first at line %zu)", scalar_text(key),
-                                prev_key->start_mark.line + 1);
+                return cfg_fail(ld, key, "duplicate key '%s' (first at line %zu)",
+                                scalar_text(key), prev_key->start_mark.line + 1);
         }
 
         char path[256];
-        int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", scalar_text(key));
+        int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "",
+                         scalar_text(key));
         if (n < 0 || (size_t)n >= sizeof path) return cfg_fail(ld, key, "key path too long");
 
-        const cfg_option *opt = cfg_find_option(path);
+        const cfg_option *opt = cfg_find_option(t, path);
         corral_status st;
         if (opt) {
-            st = cfg_set_option(ld, opt, value);
-        } else if (cfg_is_section(path)) {
+            st = cfg_set_option(ld, opt, base, value);
+        } else if (cfg_is_section(t, path)) {
             if (value->type != YAML_MAPPING_NODE)
                 return cfg_fail(ld, value, "%s: expected a mapping (a section), got %s", path,
                                 node_kind(value));
-            st = cfg_walk_mapping(ld, value, path);
+            st = cfg_walk_mapping(ld, t, base, value, path);
         } else {
             return cfg_fail(ld, key, "unknown key '%s'", path);
         }
@@ -255,28 +597,29 @@ static corral_status cfg_walk_mapping(cfg_loader *ld, yaml_node_t *map, const ch
     return CORRAL_OK;
 }
 
-/* Parse `text` as a YAML document and apply it to c. An empty document changes nothing. */
-static corral_status cfg_apply_yaml(cfg *c, const char *text, size_t len, const char *name,
-                                    corral_error *err) {
+/* Parse `text` as a YAML document and apply it to base through table t. An empty document
+ * changes nothing. */
+static corral_status cfg_apply_yaml(const cfg_table *t, void *base, const char *text, size_t len,
+                                    const char *name, const char *base_dir, corral_error *err) {
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser))
         return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot initialise the YAML parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     yaml_document_t doc;
     if (!yaml_parser_load(&parser, &doc)) {
-        corral_status st =
-            corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s:%zu:%zu: YAML syntax error: %s",
-                             name, parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                             parser.problem ? parser.problem : "unknown problem");
+        corral_status st = corral_error_set(
+            err, CORRAL_INVALID_ARGUMENT, "%s:%zu:%zu: YAML syntax error: %s", name,
+            parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+            parser.problem ? parser.problem : "unknown problem");
         yaml_parser_delete(&parser);
         return st;
     }
     corral_status st = CORRAL_OK;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root) {
-        cfg_loader ld = {.c = c, .doc = &doc, .name = name, .err = err};
+        cfg_loader ld = {.doc = &doc, .name = name, .base_dir = base_dir, .err = err};
         if (root->type == YAML_MAPPING_NODE)
-            st = cfg_walk_mapping(&ld, root, "");
+            st = cfg_walk_mapping(&ld, t, base, root, "");
         else if (!(root->type == YAML_SCALAR_NODE && scalar_text(root)[0] == '\0'))
             st = cfg_fail(&ld, root, "the top level must be a mapping of keys, got %s",
                           node_kind(root));
@@ -286,56 +629,118 @@ static corral_status cfg_apply_yaml(cfg *c, const char *text, size_t len, const 
     return st;
 }
 
+/* Apply every default of table t to base: "a.b.c" with default V becomes "a: {b: {c: V}}". */
+static corral_status cfg_apply_defaults(const cfg_table *t, void *base, corral_error *err) {
+    for (size_t i = 0; i < t->n; i++) {
+        const cfg_option *opt = &t->options[i];
+        if (!opt->default_value) continue;
+        char text[512];
+        size_t len = 0;
+        const char *seg = opt->path;
+        int depth = 0;
+        for (const char *dot; (dot = strchr(seg, '.')); seg = dot + 1, depth++)
+            len += (size_t)snprintf(text + len, sizeof text - len, "%.*s: {", (int)(dot - seg),
+                                    seg);
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s: %s", seg, opt->default_value);
+        for (int d = 0; d < depth; d++) len += (size_t)snprintf(text + len, sizeof text - len, "}");
+        corral_error why;
+        if (cfg_apply_yaml(t, base, text, len, "(built-in defaults)", NULL, &why) != CORRAL_OK)
+            return corral_error_set(err, CORRAL_INTERNAL, "default of %s is invalid: %s",
+                                    opt->path, why.message);
+        /* A default is not "given": clear the has_ flag the parser set. */
+        if (opt->has_offset >= 0) *(bool *)((char *)base + opt->has_offset) = false;
+    }
+    return CORRAL_OK;
+}
+
+/* Free whatever a table's fields own (strings, lists). */
+static void cfg_free_fields(const cfg_table *t, void *base) {
+    for (size_t i = 0; i < t->n; i++) {
+        const cfg_option *opt = &t->options[i];
+        void *field = (char *)base + opt->offset;
+        switch (opt->type) {
+            case CFG_TYPE_STRING:
+            case CFG_TYPE_PATH:
+                free(*(char **)field);
+                *(char **)field = NULL;
+                break;
+            case CFG_TYPE_ENDPOINTS:
+            case CFG_TYPE_NAMES: {
+                size_t *count = (size_t *)((char *)base + opt->count_offset);
+                free_string_list(*(char ***)field, *count);
+                *(char ***)field = NULL;
+                *count = 0;
+                break;
+            }
+            case CFG_TYPE_LIST: {
+                size_t *count = (size_t *)((char *)base + opt->count_offset);
+                char *items = *(char **)field;
+                for (size_t k = 0; k < *count; k++)
+                    cfg_free_fields(opt->item_table, items + k * opt->item_size);
+                free(items);
+                *(char **)field = NULL;
+                *count = 0;
+                break;
+            }
+            default: break;
+        }
+    }
+}
+
+/* Checks that span keys: the watermarks' order, model files, apps naming real models. */
+static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err) {
+    if (c->low_watermark >= c->high_watermark)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "%s: memory.low_watermark (%g) must be below high_watermark (%g)",
+                                name, c->low_watermark, c->high_watermark);
+    for (size_t i = 0; i < c->n_models; i++) {
+        struct stat st;
+        if (stat(c->models[i].path, &st) != 0 || !S_ISREG(st.st_mode))
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%s:%d:3: model '%s': file %s: %s", name, c->models[i].cfg_line,
+                                    c->models[i].name, c->models[i].path,
+                                    errno ? strerror(errno) : "not a regular file");
+    }
+    for (size_t i = 0; i < c->n_apps; i++)
+        for (size_t k = 0; k < c->apps[i].n_models; k++)
+            if (!cfg_find_model(c, c->apps[i].models[k]))
+                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                        "%s: app '%s' names model '%s', which is not configured",
+                                        name, c->apps[i].name, c->apps[i].models[k]);
+    return CORRAL_OK;
+}
+
 cfg *cfg_new_defaults(corral_error *err) {
     cfg *c = calloc(1, sizeof *c);
     if (!c) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
         return NULL;
     }
-    /* Defaults go through the same parser as files: build a document from the table. */
-    for (size_t i = 0; i < CFG_N_OPTIONS; i++) {
-        const cfg_option *opt = &cfg_options[i];
-        char text[512];
-        char *p = text;
-        size_t left = sizeof text;
-        /* "a.b.c" becomes "a: {b: {c: VALUE}}" */
-        const char *seg = opt->path;
-        int depth = 0;
-        for (const char *dot; (dot = strchr(seg, '.')); seg = dot + 1, depth++) {
-            int n = snprintf(p, left, "%.*s: {", (int)(dot - seg), seg);
-            p += n;
-            left -= (size_t)n;
-        }
-        int n = snprintf(p, left, "%s: %s", seg, opt->default_value);
-        p += n;
-        left -= (size_t)n;
-        for (int d = 0; d < depth; d++, p++, left--) snprintf(p, left, "}");
-        corral_error why;
-        if (cfg_apply_yaml(c, text, strlen(text), "(built-in defaults)", &why) != CORRAL_OK) {
-            corral_error_set(err, CORRAL_INTERNAL, "default of %s is invalid: %s", opt->path,
-                             why.message);
-            cfg_destroy(&c);
-            return NULL;
-        }
-    }
+    if (cfg_apply_defaults(&root_table, c, err) != CORRAL_OK) cfg_destroy(&c);
+    return c;
+}
+
+/* Load text with relative paths resolved against base_dir. */
+static cfg *cfg_load_text(const char *text, size_t len, const char *name, const char *base_dir,
+                          corral_error *err) {
+    cfg *c = cfg_new_defaults(err);
+    if (!c) return NULL;
+    if (cfg_apply_yaml(&root_table, c, text, len, name, base_dir, err) != CORRAL_OK ||
+        cfg_check_whole(c, name, err) != CORRAL_OK)
+        cfg_destroy(&c);
     return c;
 }
 
 cfg *cfg_load_string(const char *text, size_t len, const char *name, corral_error *err) {
-    cfg *c = cfg_new_defaults(err);
-    if (!c) return NULL;
-    if (cfg_apply_yaml(c, text, len, name, err) != CORRAL_OK) {
-        cfg_destroy(&c);
-        return NULL;
-    }
-    return c;
+    char cwd[PATH_MAX];
+    return cfg_load_text(text, len, name, getcwd(cwd, sizeof cwd) ? cwd : NULL, err);
 }
 
 cfg *cfg_load_file(const char *path, corral_error *err) {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        corral_error_set(err, errno == ENOENT ? CORRAL_NOT_FOUND : CORRAL_IO, "config file %s: %s",
-                         path, strerror(errno));
+        corral_error_set(err, errno == ENOENT ? CORRAL_NOT_FOUND : CORRAL_IO,
+                         "config file %s: %s", path, strerror(errno));
         return NULL;
     }
     enum { CFG_FILE_MAX = 4 << 20 };
@@ -348,13 +753,26 @@ cfg *cfg_load_file(const char *path, corral_error *err) {
         return NULL;
     }
     if (read_error || len > CFG_FILE_MAX) {
-        corral_error_set(
-            err, read_error ? CORRAL_IO : CORRAL_INVALID_ARGUMENT,
-            read_error ? "config file %s: read error" : "config file %s: larger than 4 MiB", path);
+        corral_error_set(err, read_error ? CORRAL_IO : CORRAL_INVALID_ARGUMENT,
+                         read_error ? "config file %s: read error"
+                                    : "config file %s: larger than 4 MiB",
+                         path);
         free(text);
         return NULL;
     }
-    cfg *c = cfg_load_string(text, len, path, err);
+    /* Relative model paths are relative to the config file's folder. */
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        if (!getcwd(dir, sizeof dir)) snprintf(dir, sizeof dir, ".");
+    } else if (path[0] == '/' || !getcwd(dir, sizeof dir)) {
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        if (!dir[0]) snprintf(dir, sizeof dir, "/");
+    } else {
+        size_t n = strlen(dir);
+        snprintf(dir + n, sizeof dir - n, "/%.*s", (int)(slash - path), path);
+    }
+    cfg *c = cfg_load_text(text, len, path, dir, err);
     free(text);
     if (c) {
         c->source_path = strdup(path);
@@ -369,11 +787,29 @@ cfg *cfg_load_file(const char *path, corral_error *err) {
 void cfg_destroy(cfg **pc) {
     if (!pc || !*pc) return;
     cfg *c = *pc;
-    for (size_t i = 0; i < c->n_listen; i++) free(c->listen[i]);
-    free(c->listen);
+    cfg_free_fields(&root_table, c);
     free(c->source_path);
     free(c);
     *pc = NULL;
+}
+
+const cfg_model *cfg_find_model(const cfg *c, const char *name) {
+    for (size_t i = 0; name && i < c->n_models; i++)
+        if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
+    return NULL;
+}
+
+const cfg_app *cfg_find_app(const cfg *c, const char *name) {
+    for (size_t i = 0; name && i < c->n_apps; i++)
+        if (strcmp(c->apps[i].name, name) == 0) return &c->apps[i];
+    return NULL;
+}
+
+bool cfg_app_allows_model(const cfg_app *app, const char *model) {
+    if (!app || app->n_models == 0) return true;
+    for (size_t i = 0; i < app->n_models; i++)
+        if (strcmp(app->models[i], model) == 0) return true;
+    return false;
 }
 
 static int file_exists(const char *path) {
@@ -404,15 +840,33 @@ int cfg_find_default_file(char *buf, size_t size) {
     return 0;
 }
 
-void cfg_print_reference(FILE *out) {
+static void print_table(FILE *out, const cfg_table *t, const char *prefix) {
     static const char *const type_names[] = {
-        [CFG_TYPE_BYTES] = "bytes",
-        [CFG_TYPE_LOG_LEVEL] = "level",
-        [CFG_TYPE_ENDPOINTS] = "endpoints",
+        [CFG_TYPE_BYTES] = "bytes",      [CFG_TYPE_MEMORY] = "bytes|%",
+        [CFG_TYPE_INT] = "integer",      [CFG_TYPE_FLOAT] = "number",
+        [CFG_TYPE_DOUBLE] = "number",    [CFG_TYPE_BOOL] = "bool",
+        [CFG_TYPE_STRING] = "string",    [CFG_TYPE_PATH] = "path",
+        [CFG_TYPE_LOG_LEVEL] = "level",  [CFG_TYPE_PRIORITY] = "priority",
+        [CFG_TYPE_KV_TYPE] = "f16|f32",  [CFG_TYPE_ENDPOINTS] = "endpoints",
+        [CFG_TYPE_NAMES] = "names",      [CFG_TYPE_LIST] = "list",
     };
-    for (size_t i = 0; i < CFG_N_OPTIONS; i++) {
-        const cfg_option *opt = &cfg_options[i];
-        fprintf(out, "  %-28s %-10s default %s\n      %s\n", opt->path, type_names[opt->type],
-                opt->default_value, opt->doc);
+    for (size_t i = 0; i < t->n; i++) {
+        const cfg_option *opt = &t->options[i];
+        char path[128];
+        snprintf(path, sizeof path, "%s%s", prefix, opt->path);
+        fprintf(out, "  %-36s %-10s %s%s%s\n      %s\n", path, type_names[opt->type],
+                opt->required ? "required" : "default ",
+                opt->required ? "" : " ",
+                opt->required ? "" : (opt->default_value ? opt->default_value : "(none)"),
+                opt->doc);
+        if (opt->type == CFG_TYPE_LIST) {
+            char sub[128];
+            snprintf(sub, sizeof sub, "%s[].", opt->path);
+            print_table(out, opt->item_table, sub);
+        }
     }
+}
+
+void cfg_print_reference(FILE *out) {
+    print_table(out, &root_table, "");
 }

@@ -1,15 +1,18 @@
 /*
  * config.h — corrald's configuration: the YAML file, its defaults and its checks.
  *
- * Every key is a row of one declarative table in config.c (dotted path, type, bounds, default,
+ * Every key is a row of a declarative table in config.c (dotted path, type, bounds, default,
  * documentation), in the manner of redis's config.c: parsing, defaults and range checks all come
- * from the table, so a key cannot be parsed one way and defaulted another. Defaults are written as
- * YAML text and go through the same parser as the file. Any problem in a file (unknown key, wrong
- * type, value out of range, duplicate key, YAML syntax) is reported as `file:line:column: message`.
+ * from the tables, so a key cannot be parsed one way and defaulted another. Lists of models and
+ * apps are rows whose items have tables of their own. Defaults are written as YAML text and go
+ * through the same parser as the file. Any problem in a file (unknown key, wrong type, value out
+ * of range, duplicate key or name, missing required key, missing model file, YAML syntax) is
+ * reported as `file:line:column: message`.
  */
 #ifndef CORRAL_DAEMON_CONFIG_H
 #define CORRAL_DAEMON_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,12 +20,73 @@
 #include "corral/log.h"
 #include "corral/status.h"
 
+/* Scheduling classes, in increasing urgency (the numbers of proto's Priority). */
+typedef enum cfg_priority {
+    CFG_PRIORITY_BACKGROUND = 1,
+    CFG_PRIORITY_INTERACTIVE = 2,
+    CFG_PRIORITY_REALTIME = 3,
+} cfg_priority;
+
+/* "background", "interactive", "realtime"; NULL for other values. */
+const char *cfg_priority_name(cfg_priority p);
+
+/* Sampling defaults of a model: each has_ flag says whether the config set the value. */
+typedef struct cfg_sampling {
+    bool has_temperature, has_top_k, has_top_p, has_min_p, has_repeat_penalty;
+    bool has_presence_penalty, has_frequency_penalty, has_penalty_last_n, has_max_tokens;
+    float temperature;
+    int64_t top_k;
+    float top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    int64_t penalty_last_n;
+    int64_t max_tokens;
+} cfg_sampling;
+
+typedef struct cfg_model {
+    char *name;             /* unique; what clients ask for */
+    char *path;             /* the GGUF file, absolute (relative paths resolve against the
+                               config file's directory) */
+    int64_t context;        /* KV positions per sequence; 0 = the model's own (capped at 4096) */
+    bool kv_f32;            /* kv_type: f32 instead of the default f16 */
+    cfg_priority priority;  /* class of requests that do not name one */
+    bool pin;               /* never unloaded to make room */
+    bool preload;           /* loaded at start instead of on first use */
+    char *chat_template;    /* template name overriding the file's; NULL = the file's */
+    cfg_sampling defaults;
+    int cfg_line;           /* where the entry starts, for messages */
+} cfg_model;
+
+typedef struct cfg_app {
+    char *name;
+    char **models;          /* models it may use; n_models == 0: all */
+    size_t n_models;
+    cfg_priority max_priority; /* requests above it are lowered to it */
+} cfg_app;
+
 typedef struct cfg {
-    char *source_path; /* the file this came from; NULL when built from defaults only */
-    char **listen;     /* endpoints to bind; n_listen == 0 means the default endpoint */
+    char *source_path;         /* the file this came from; NULL when built from defaults only */
+    char **listen;             /* endpoints to bind; n_listen == 0 means the default endpoint */
     size_t n_listen;
-    log_level log_level;        /* log_level */
-    uint64_t max_message_bytes; /* limits.max_message_bytes: largest request accepted */
+    log_level log_level;
+    int64_t threads;           /* compute threads; 0 = physical cores */
+    /* limits */
+    uint64_t max_message_bytes;
+    int64_t queue_per_model;   /* requests waiting or running per model */
+    int64_t queue_per_app;     /* requests waiting or running per app */
+    int64_t active_per_model;  /* requests computed concurrently (interleaved) per model */
+    int64_t stall_timeout_ms;  /* a paused stream (client not reading) is cancelled after this */
+    int64_t peer_timeout_ms;   /* a silent client's requests are cancelled after this */
+    int64_t session_ttl_ms;    /* idle sessions are dropped after this */
+    int64_t max_sessions;
+    int64_t prefill_chunk;     /* prompt tokens per scheduling step */
+    /* memory */
+    uint64_t memory_limit;     /* bytes; computed from memory.limit (bytes or % of RAM) */
+    double high_watermark, low_watermark;
+    char *swap_dir;
+    /* models and apps */
+    cfg_model *models;
+    size_t n_models;
+    cfg_app *apps;
+    size_t n_apps;
 } cfg;
 
 /* A configuration holding every default. Caller owns the result (cfg_destroy). NULL only when
@@ -31,14 +95,23 @@ cfg *cfg_new_defaults(corral_error *err);
 
 /* Load and check a YAML file; keys it leaves out keep their defaults. Caller owns the result.
  * Returns NULL with err set: CORRAL_NOT_FOUND when the file does not exist, CORRAL_IO when it
- * cannot be read, CORRAL_INVALID_ARGUMENT with "path:line:column: message" for bad content. */
+ * cannot be read, CORRAL_INVALID_ARGUMENT with "path:line:column: message" for bad content
+ * (including a model whose file does not exist). */
 cfg *cfg_load_file(const char *path, corral_error *err);
 
-/* Parse YAML text (for tests and for files already in memory); `name` is used in messages. */
+/* Parse YAML text (for tests and for files already in memory); `name` is used in messages and
+ * relative model paths resolve against the current directory. */
 cfg *cfg_load_string(const char *text, size_t len, const char *name, corral_error *err);
 
 /* Free a configuration. NULL-safe; sets *c to NULL. */
 void cfg_destroy(cfg **c);
+
+/* The model or app called name, or NULL. */
+const cfg_model *cfg_find_model(const cfg *c, const char *name);
+const cfg_app *cfg_find_app(const cfg *c, const char *name);
+
+/* Whether app (NULL: the default app) may use model; the default app may use every model. */
+bool cfg_app_allows_model(const cfg_app *app, const char *model);
 
 /* Which file corrald reads when no -c is given: $CORRAL_CONFIG if set, else the first that exists
  * of $XDG_CONFIG_HOME/corral/corral.yaml (~/.config when unset) and /etc/corral/corral.yaml.

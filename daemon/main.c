@@ -2,8 +2,9 @@
  * main.c — corrald: command line, configuration, logging, signals; then the server loop.
  *
  * Precedence for every setting: command-line flag > environment (CORRAL_LOG_LEVEL) > config file >
- * built-in default. SIGINT and SIGTERM stop the daemon cleanly (exit 0); they are received through
- * a signalfd that the server polls with its sockets, so no work happens in a signal handler.
+ * built-in default. SIGINT and SIGTERM stop the daemon cleanly (exit 0), SIGHUP reloads the
+ * configuration; all three are received through a signalfd that the server polls with its
+ * sockets, so no work happens in a signal handler.
  */
 #include <getopt.h>
 #include <limits.h>
@@ -27,7 +28,8 @@ static void print_usage(FILE *out) {
             "usage: corrald [options]\n"
             "\n"
             "corrald is corral's model supervisor daemon. It runs in the foreground until it\n"
-            "receives SIGINT (Ctrl-C) or SIGTERM, then exits 0.\n"
+            "receives SIGINT (Ctrl-C) or SIGTERM, then exits 0. SIGHUP reloads the config file:\n"
+            "new models appear, removed ones finish their requests and go.\n"
             "\n"
             "options:\n"
             "  -c, --config FILE      read configuration from FILE. Without it: $CORRAL_CONFIG,\n"
@@ -180,6 +182,7 @@ int main(int argc, char **argv) {
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGHUP);
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     int signal_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
@@ -198,11 +201,12 @@ int main(int argc, char **argv) {
              LOG_INT("jemalloc_active", mem_allocator_is_jemalloc()), LOG_STR("cpu", features),
              LOG_INT("pid", getpid()));
 
+    /* The server (its scheduler) owns the configuration from here on. */
     server *srv = server_new(config, &err);
+    config = NULL;
     if (!srv) {
         log_error("cannot start", LOG_STR("error", err.message));
         close(signal_fd);
-        cfg_destroy(&config);
         return 1;
     }
     for (size_t i = 0; i < server_endpoint_count(srv); i++)
@@ -212,7 +216,6 @@ int main(int argc, char **argv) {
     if (st != CORRAL_OK) log_error("server failed", LOG_STR("error", err.message));
     server_destroy(&srv);
     close(signal_fd);
-    cfg_destroy(&config);
     log_info("corrald stopped");
     return st == CORRAL_OK ? 0 : 1;
 }

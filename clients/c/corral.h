@@ -1,30 +1,90 @@
 /*
  * corral.h — libcorral, the C client library of corral.
  *
- * A corral_client is one connection (a ZeroMQ DEALER socket) to corrald. It is not thread-safe:
- * use one client per thread, or guard it with a lock. Every call that talks to the daemon takes a
- * timeout in milliseconds (-1: wait forever) and fills a corral_error on failure; the status codes
- * are corral's project-wide ones (corral/status.h).
+ * A corral_client is one connection (a ZeroMQ DEALER socket) to corrald; proto/corral.proto is
+ * the protocol it speaks. Every call that talks to the daemon takes a timeout in milliseconds
+ * (-1: wait forever) and fills a corral_error on failure; the status codes are corral's
+ * project-wide ones (corral/status.h): an Error from the daemon keeps its code and message, a
+ * timeout is CORRAL_DEADLINE_EXCEEDED (the message names the endpoint), a reply that does not
+ * follow the protocol is CORRAL_PROTOCOL.
+ *
+ * Threads: a client, and every generation started on it, is used by one thread at a time. The
+ * library starts no threads and never reads the socket behind the caller's back: it reads only
+ * inside a call that waits, and only until what that call waits for has arrived. Different
+ * clients are independent and may be used from different threads at once.
+ *
+ * Liveness: while a call waits, the library sends a Ping every CORRAL_PING_INTERVAL_MS (the
+ * daemon cancels the requests of a client that stays silent), and gives up with
+ * CORRAL_UNAVAILABLE when the daemon has answered nothing at all, pings included, for
+ * CORRAL_SILENCE_LIMIT_MS.
+ *
+ * Memory and flow control: several generations may be in flight on one client. The daemon stops
+ * computing a stream whose client does not read, so a caller controls the pace by how often it
+ * polls. While the caller waits on one request, messages for other generations that arrive
+ * first are kept in per-generation queues; a queue may hold at most the client's queue limit
+ * (corral_client_set_queue_limit). A generation whose queue would grow past it is cancelled: the
+ * chunks already queued can still be polled, and it then ends with CORRAL_RESOURCE_EXHAUSTED.
+ *
+ * Results: every function that returns a struct with pointers inside allocates it as one block
+ * and names the one call that frees it.
  */
 #ifndef CORRAL_CLIENT_H
 #define CORRAL_CLIENT_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "corral/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Symbols of the client API are exported from libcorral.so; everything else stays inside. */
+#define CORRAL_API __attribute__((visibility("default")))
+
+/* While a call waits, a Ping goes out when nothing was sent for this long. */
+#define CORRAL_PING_INTERVAL_MS    5000
+/* A waiting call fails with CORRAL_UNAVAILABLE after this long without any message from the
+ * daemon although pings went out (the daemon is gone or hung). */
+#define CORRAL_SILENCE_LIMIT_MS    30000
+/* Default per-generation queue limit in bytes (see corral_client_set_queue_limit). */
+#define CORRAL_QUEUE_LIMIT_DEFAULT (8u << 20)
+/* Longest app name, including the NUL. */
+#define CORRAL_APP_NAME_MAX        128
+
 typedef struct corral_client corral_client;
+typedef struct corral_generation corral_generation;
+
+/* ---- connection --------------------------------------------------------------------------- */
 
 /* Connect to corrald at `endpoint` (NULL: $CORRAL_ENDPOINT, else the default endpoint). Connecting
  * does not wait for the daemon; the first request does. Caller owns the result
- * (corral_client_destroy). Returns NULL with err set for an invalid endpoint. */
-corral_client *corral_client_new(const char *endpoint, corral_error *err);
+ * (corral_client_destroy). Returns NULL with err set for an invalid endpoint. Thread-safe. */
+CORRAL_API corral_client *corral_client_new(const char *endpoint, corral_error *err);
 
-/* Close the connection. NULL-safe; sets *client to NULL. */
-void corral_client_destroy(corral_client **client);
+/* Close the connection. NULL-safe; sets *client to NULL. Messages not yet sent (such as the
+ * Cancel of a generation destroyed just before) get up to 100 ms to leave. Generations still
+ * alive on it become detached: their queued chunks stay readable, then they fail with
+ * CORRAL_UNAVAILABLE; they must still be destroyed. Thread: the client's (see the top of this
+ * file). */
+CORRAL_API void corral_client_destroy(corral_client **client);
 
-/* The endpoint this client connects to. Borrowed: valid until the client is destroyed. */
-const char *corral_client_endpoint(const corral_client *client);
+/* The endpoint this client connects to. Borrowed: valid until the client is destroyed. Thread-safe.
+ */
+CORRAL_API const char *corral_client_endpoint(const corral_client *client);
+
+/* Name the calling app (an entry of the daemon config's `apps` section) for every later request
+ * of this client; NULL or "" is the default app. The text is copied. Returns CORRAL_OK, or
+ * CORRAL_INVALID_ARGUMENT when the name is CORRAL_APP_NAME_MAX bytes or longer. Thread: the
+ * client's. */
+CORRAL_API corral_status corral_client_set_app(corral_client *client, const char *app);
+
+/* Set the most bytes one generation's queue may hold while the caller waits on something else
+ * (0: CORRAL_QUEUE_LIMIT_DEFAULT). A queued chunk counts its wire size plus 64 bytes. Thread: the
+ * client's. */
+CORRAL_API void corral_client_set_queue_limit(corral_client *client, size_t bytes);
 
 /* What the daemon answered to a ping. */
 typedef struct corral_pong {
@@ -34,8 +94,302 @@ typedef struct corral_pong {
 } corral_pong;
 
 /* Ask the daemon whether it is alive. Returns CORRAL_OK and fills *pong (may be NULL), or
- * CORRAL_DEADLINE_EXCEEDED when no answer came within timeout_ms, or the daemon's error. */
-corral_status corral_client_ping(corral_client *client, int timeout_ms, corral_pong *pong,
-                                 corral_error *err);
+ * CORRAL_DEADLINE_EXCEEDED when no answer came within timeout_ms, or the daemon's error. Thread:
+ * the client's. */
+CORRAL_API corral_status corral_client_ping(corral_client *client, int timeout_ms,
+                                            corral_pong *pong, corral_error *err);
+
+/* ---- generation --------------------------------------------------------------------------- */
+
+/* Scheduling class (proto Priority). */
+typedef enum corral_priority {
+    CORRAL_PRIORITY_DEFAULT = 0, /* the model's configured default */
+    CORRAL_PRIORITY_BACKGROUND = 1,
+    CORRAL_PRIORITY_INTERACTIVE = 2,
+    CORRAL_PRIORITY_REALTIME = 3,
+} corral_priority;
+
+/* Why a generation ended (proto StopReason). */
+typedef enum corral_stop_reason {
+    CORRAL_STOP_UNSPECIFIED = 0,
+    CORRAL_STOP_EOG = 1,          /* the model produced an end-of-generation token */
+    CORRAL_STOP_MAX_TOKENS = 2,   /* max_tokens were generated */
+    CORRAL_STOP_STOP_STRING = 3,  /* a stop string appeared (it is not part of the text) */
+    CORRAL_STOP_CONTEXT_FULL = 4, /* the context (or the session's) is full */
+    CORRAL_STOP_CONSTRAINT = 5,   /* the output constraint accepts nothing more */
+    CORRAL_STOP_CANCELLED = 6,    /* cancelled by the client */
+} corral_stop_reason;
+
+/* Whether the daemon sends a chunk per token. */
+typedef enum corral_stream_mode {
+    CORRAL_STREAM_AUTO = 0, /* corral_generate: stream when on_chunk is given; _start: stream */
+    CORRAL_STREAM_ON = 1,   /* a chunk per token as it is generated */
+    CORRAL_STREAM_OFF = 2,  /* one chunk with the whole text, then Done */
+} corral_stream_mode;
+
+/* One message of a chat; role is "system", "user" or "assistant". */
+typedef struct corral_message {
+    const char *role;
+    const char *content;
+} corral_message;
+
+/* What to generate, and how. A zero-initialised struct means "every default"; set model and
+ * either prompt or messages. Optional numbers count only when their has_ flag is set (absent
+ * means the model's configured default, else the engine's). Strings may be NULL (= unset).
+ * Everything is borrowed for the duration of the call that takes the struct. */
+typedef struct corral_generate_params {
+    const char *model;              /* configured model (or variant) name */
+    const char *prompt;             /* raw completion prompt, or NULL */
+    const corral_message *messages; /* a chat instead of a prompt */
+    size_t n_messages;              /* entries of messages */
+    const char *chat_template;      /* template name instead of the model's ("chatml", ...) */
+    bool has_max_tokens;
+    uint32_t max_tokens; /* 1..context */
+    bool has_temperature;
+    float temperature; /* >= 0; 0 = greedy */
+    bool has_top_k;
+    int32_t top_k; /* >= 0; 0 = off */
+    bool has_top_p;
+    float top_p; /* (0, 1] */
+    bool has_min_p;
+    float min_p; /* [0, 1] */
+    bool has_repeat_penalty;
+    float repeat_penalty; /* > 0; 1 = off */
+    bool has_presence_penalty;
+    float presence_penalty;
+    bool has_frequency_penalty;
+    float frequency_penalty;
+    bool has_penalty_last_n;
+    int32_t penalty_last_n; /* >= 0 tokens */
+    bool has_seed;
+    uint64_t seed;           /* same seed and inputs give the same text */
+    const char *const *stop; /* stop strings (at most 16, each 1..256 bytes) */
+    size_t n_stop;
+    corral_stream_mode stream;
+    corral_priority priority;
+    const char *session;    /* keep the conversation's KV cache under this id */
+    uint32_t deadline_ms;   /* give up after this long from receipt; 0 = none */
+    const char *constraint; /* regular expression the whole output must match */
+    const char *sanitizer;  /* sanitizer profile instead of the model's default */
+} corral_generate_params;
+
+/* A part of a generation's output. Borrowed: valid until the next poll or destroy of its
+ * generation (in a callback: until the callback returns). text is NUL-terminated as well. */
+typedef struct corral_chunk {
+    const char *text; /* UTF-8, complete characters only */
+    size_t text_len;
+    const int32_t *token_ids; /* the tokens this chunk comes from */
+    size_t n_token_ids;
+    uint32_t index; /* 0, 1, 2, ... per generation (checked by the library) */
+} corral_chunk;
+
+/* Timings of one generation in microseconds (proto Timings). */
+typedef struct corral_timings {
+    uint64_t queue_us, load_us, prefill_us, decode_us, total_us;
+} corral_timings;
+
+/* How a generation ended (proto Done). */
+typedef struct corral_done {
+    corral_stop_reason stop_reason;
+    uint32_t prompt_tokens;    /* tokens of the whole prompt or chat as the model sees it */
+    uint32_t prefilled_tokens; /* of those, the ones computed now (the rest came from a session) */
+    uint32_t generated_tokens;
+    corral_timings timings;
+    char model[128]; /* the model that answered */
+} corral_done;
+
+/* Called for every chunk in order. Return 0 to go on, nonzero to cancel the generation: the
+ * library sends Cancel, calls the callback no more, and waits for the daemon's Done. The
+ * callback must not use the client it was called from. */
+typedef int (*corral_chunk_fn)(const corral_chunk *chunk, void *user);
+
+/* Generate and wait for the end. Chunks go to on_chunk (may be NULL); the stream mode AUTO
+ * streams exactly when on_chunk is given. Returns CORRAL_OK with *done filled (may be NULL)
+ * whenever the daemon finished the generation, including after a cancel (done->stop_reason is
+ * then usually CORRAL_STOP_CANCELLED); otherwise the daemon's error, CORRAL_DEADLINE_EXCEEDED when
+ * the whole call took longer than timeout_ms (the generation is then cancelled), or a local error.
+ * Thread: the client's; on_chunk runs on it.
+ */
+CORRAL_API corral_status corral_generate(corral_client *client, const corral_generate_params *p,
+                                         corral_chunk_fn on_chunk, void *user, corral_done *done,
+                                         int timeout_ms, corral_error *err);
+
+/* As corral_generate, but collects the whole text: on success *text is a NUL-terminated string
+ * the caller frees with free() (and *text_len, may be NULL, its length). The stream mode AUTO
+ * means one chunk. On failure *text is NULL. Thread: the client's. */
+CORRAL_API corral_status corral_generate_text(corral_client *client,
+                                              const corral_generate_params *p, char **text,
+                                              size_t *text_len, corral_done *done, int timeout_ms,
+                                              corral_error *err);
+
+/* A chat: as corral_generate with p's messages replaced by `messages` (p gives the model,
+ * chat_template and options; p->prompt and p->messages must be unset). Thread: the client's;
+ * on_chunk runs on it. */
+CORRAL_API corral_status corral_chat(corral_client *client, const corral_generate_params *p,
+                                     const corral_message *messages, size_t n_messages,
+                                     corral_chunk_fn on_chunk, void *user, corral_done *done,
+                                     int timeout_ms, corral_error *err);
+
+/* Send a Generate and return at once (the stream mode AUTO streams). Caller owns the result
+ * (corral_generation_destroy); it stays tied to the client. Returns NULL with err set when the
+ * request could not be sent; the daemon's answer, error or not, comes through poll. Thread: the
+ * client's. */
+CORRAL_API corral_generation *
+corral_generate_start(corral_client *client, const corral_generate_params *p, corral_error *err);
+
+/* What corral_generation_poll found. Errors are negative corral_status values. */
+typedef enum corral_poll_result {
+    CORRAL_POLL_NOTHING = 0, /* nothing arrived within timeout_ms */
+    CORRAL_POLL_CHUNK = 1,   /* *chunk holds the next chunk */
+    CORRAL_POLL_DONE = 2,    /* the generation ended; *done is filled */
+} corral_poll_result;
+
+/* Wait up to timeout_ms (0: just look, -1: forever) for the next event of the generation; while
+ * waiting, messages of other requests of the client are sorted into their queues. Returns
+ * CORRAL_POLL_CHUNK with *chunk filled (borrowed until the next poll or destroy), CORRAL_POLL_DONE
+ * with *done (may be NULL) filled — again on every later call —, CORRAL_POLL_NOTHING, or a negative
+ * status with err filled when the generation failed (the daemon's Error, a broken reply, a queue
+ * overflow, a lost daemon) — again on every later call. Thread: the client's. */
+CORRAL_API int corral_generation_poll(corral_generation *g, int timeout_ms, corral_chunk *chunk,
+                                      corral_done *done, corral_error *err);
+
+/* Ask the daemon to stop the generation (no wait; the Done or Error comes through poll). Returns
+ * CORRAL_OK, also when it had already ended, or an error if the Cancel could not be sent. Thread:
+ * the client's. */
+CORRAL_API corral_status corral_generation_cancel(corral_generation *g, corral_error *err);
+
+/* The latest prefill progress the daemon reported (0/0 before any). Never waits. Thread: the
+ * client's. */
+CORRAL_API void corral_generation_progress(const corral_generation *g, uint32_t *prefilled,
+                                           uint32_t *total);
+
+/* The request id of the generation on its client (for logs). Thread: the client's. */
+CORRAL_API uint64_t corral_generation_id(const corral_generation *g);
+
+/* Forget the generation, cancelling it first if it is still running. NULL-safe; sets *g to NULL.
+ * Must run on the thread that uses its client (or after the client was destroyed). */
+CORRAL_API void corral_generation_destroy(corral_generation **g);
+
+/* ---- tokens, models, status --------------------------------------------------------------- */
+
+/* Token ids of a text with their vocabulary pieces; one block, freed by corral_tokens_destroy. */
+typedef struct corral_tokens {
+    size_t n;
+    int32_t *ids;
+    char **pieces; /* the vocabulary piece of each id (n strings), or NULL if none were sent */
+} corral_tokens;
+
+/* Tokenize `text` as `model` would for a raw prompt (special tokens never parsed; add_special
+ * adds BOS/EOS as the model does for prompts). Caller owns *out (corral_tokens_destroy). Thread:
+ * the client's. */
+CORRAL_API corral_status corral_tokenize(corral_client *client, const char *model, const char *text,
+                                         bool add_special, int timeout_ms, corral_tokens **out,
+                                         corral_error *err);
+
+/* Free a result of corral_tokenize. NULL-safe; sets *t to NULL. Thread-safe (a result does not
+ * depend on its client). */
+CORRAL_API void corral_tokens_destroy(corral_tokens **t);
+
+/* A model's residency (proto ModelState). */
+typedef enum corral_model_state {
+    CORRAL_MODEL_UNSPECIFIED = 0,
+    CORRAL_MODEL_UNLOADED = 1,
+    CORRAL_MODEL_LOADING = 2,
+    CORRAL_MODEL_RESIDENT = 3,
+    CORRAL_MODEL_SWAPPED = 4,
+} corral_model_state;
+
+/* A configured model (proto ModelInfo). Strings are never NULL. */
+typedef struct corral_model_info {
+    const char *name;
+    const char *path;
+    const char *arch; /* "" until first loaded */
+    uint32_t context;
+    const char *chat_template; /* "none" for raw completion */
+    corral_model_state state;
+    bool pinned;
+} corral_model_info;
+
+typedef struct corral_model_list {
+    size_t n_models;
+    corral_model_info *models;
+} corral_model_list;
+
+/* The configured models. Caller owns *out (corral_model_list_destroy). Thread: the client's. */
+CORRAL_API corral_status corral_list_models(corral_client *client, int timeout_ms,
+                                            corral_model_list **out, corral_error *err);
+
+/* Free a result of corral_list_models. NULL-safe; sets *list to NULL. Thread-safe (a result does
+ * not depend on its client). */
+CORRAL_API void corral_model_list_destroy(corral_model_list **list);
+
+/* One model's state (proto ModelStatus). */
+typedef struct corral_model_status {
+    const char *name;
+    corral_model_state state;
+    uint64_t bytes;        /* memory held: weights, KV caches, scratch */
+    uint64_t last_used_ms; /* Unix time in ms of the last request; 0 if never used */
+    uint32_t queue_depth;  /* requests waiting */
+    uint32_t active;       /* requests being computed */
+    uint64_t requests_served;
+    bool pinned;
+    uint32_t sessions;
+    uint64_t swap_ins, swap_outs;
+} corral_model_status;
+
+/* The daemon's totals (proto DaemonStatus). */
+typedef struct corral_daemon_status {
+    const char *version;
+    uint64_t uptime_ms;
+    uint64_t total_bytes; /* memory held by all models */
+    uint64_t limit_bytes; /* the memory budget (0: none) */
+    uint32_t active, queued;
+    uint64_t requests_served;
+    uint32_t sessions, threads;
+} corral_daemon_status;
+
+typedef struct corral_status_report {
+    corral_daemon_status daemon;
+    size_t n_models;
+    corral_model_status *models;
+} corral_status_report;
+
+/* The daemon's state; model NULL or "": every model. Caller owns *out
+ * (corral_status_report_destroy). Thread: the client's. */
+CORRAL_API corral_status corral_client_status(corral_client *client, const char *model,
+                                              int timeout_ms, corral_status_report **out,
+                                              corral_error *err);
+
+/* Free a result of corral_client_status. NULL-safe; sets *report to NULL. Thread-safe (a result
+ * does not depend on its client). */
+CORRAL_API void corral_status_report_destroy(corral_status_report **report);
+
+/* Load a model now and return when it is resident; unload it (requests in flight finish first,
+ * its sessions are dropped); pin it (never unloaded or swapped out to make room); unpin it.
+ * Return CORRAL_OK on the daemon's Ack, else its error (CORRAL_NOT_FOUND for an unknown model).
+ * Thread: the client's. */
+CORRAL_API corral_status corral_load(corral_client *client, const char *model, int timeout_ms,
+                                     corral_error *err);
+CORRAL_API corral_status corral_unload(corral_client *client, const char *model, int timeout_ms,
+                                       corral_error *err);
+CORRAL_API corral_status corral_pin(corral_client *client, const char *model, int timeout_ms,
+                                    corral_error *err);
+CORRAL_API corral_status corral_unpin(corral_client *client, const char *model, int timeout_ms,
+                                      corral_error *err);
+
+/* ---- names -------------------------------------------------------------------------------- */
+
+/* Lower-case names ("eog", "max_tokens", ...; "unloaded", "resident", ...; "background", ...).
+ * Unknown values give "unknown". Thread-safe; the strings are static. */
+CORRAL_API const char *corral_stop_reason_name(corral_stop_reason reason);
+CORRAL_API const char *corral_model_state_name(corral_model_state state);
+CORRAL_API const char *corral_priority_name(corral_priority priority);
+
+/* Parse "background", "interactive", "realtime" (or "default"). Returns 0 and sets *out, or -1. */
+CORRAL_API int corral_priority_from_name(const char *name, corral_priority *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CORRAL_CLIENT_H */

@@ -14,6 +14,27 @@ int cmd_inspect(int argc, char **argv);
 int cmd_run_local(int argc, char **argv);
 int cmd_tokenize_local(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Commands that talk to corrald (cmd_daemon.c). */
+int cmd_ps(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_load(int argc, char **argv);
+int cmd_unload(int argc, char **argv);
+int cmd_pin(int argc, char **argv);
+int cmd_unpin(int argc, char **argv);
+
+/* Global options of the daemon commands: --endpoint URL and --app NAME (NULL: not given). */
+extern const char *cli_endpoint;
+extern const char *cli_app;
+
+/* Take the global options that come before the command name (argv[1], argv[2], ...). Returns how
+ * many arguments they took, or -1 after a message if one lacks its value. */
+int cli_parse_global_options(int argc, char **argv);
 
 /* Print "corral <cmd>: <message>" to stderr; returns 1 (for `return cli_fail(...)`). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -15,6 +15,7 @@
 #include "corral/generate.h"
 #include "corral/model.h"
 #include "corral/prompt.h"
+#include "corral/threadpool.h"
 #include "corral/tokenizer.h"
 
 static double seconds_since(const struct timespec *t0) {
@@ -79,7 +80,9 @@ static void run_local_usage(FILE *out) {
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --ids               also print the prompt and generated token ids (stderr)\n"
             "      --kv f16|f32        KV cache type (default f16)\n"
-            "      --reference         exact F32 reference arithmetic (slow; for checking)\n");
+            "      --reference         exact F32 reference arithmetic (slow; for checking)\n"
+            "  -t, --threads N         threads for the forward pass (default: the number of\n"
+            "                          physical cores; the output does not depend on it)\n");
 }
 
 int cmd_run_local(int argc, char **argv) {
@@ -104,6 +107,7 @@ int cmd_run_local(int argc, char **argv) {
         {"prompt", required_argument, NULL, 'p'},
         {"max-tokens", required_argument, NULL, 'n'},
         {"ctx", required_argument, NULL, 'c'},
+        {"threads", required_argument, NULL, 't'},
         {"temp", required_argument, NULL, OPT_TEMP},
         {"top-k", required_argument, NULL, OPT_TOP_K},
         {"top-p", required_argument, NULL, OPT_TOP_P},
@@ -124,7 +128,7 @@ int cmd_run_local(int argc, char **argv) {
     const char *prompt = NULL, *system = NULL, *template_name = NULL;
     const char *stops[16];
     size_t n_stops = 0;
-    long max_tokens = 128, n_ctx = 0;
+    long max_tokens = 128, n_ctx = 0, n_threads = 0;
     int chat = 0, show_ids = 0, seed_given = 0;
     gen_params gp = gen_params_default();
     model_params mp = model_params_default();
@@ -134,7 +138,7 @@ int cmd_run_local(int argc, char **argv) {
 
     optind = 1;
     int opt;
-    while ((opt = getopt_long(argc, argv, "p:n:c:", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "p:n:c:t:", options, NULL)) != -1) {
         switch (opt) {
             case 'p':
                 prompt = optarg;
@@ -146,6 +150,12 @@ int cmd_run_local(int argc, char **argv) {
             case 'c':
                 if (cli_parse_long(optarg, 1, 1 << 24, &n_ctx))
                     return cli_fail("run-local", "--ctx: '%s' is not a size", optarg), 2;
+                break;
+            case 't':
+                if (cli_parse_long(optarg, 1, THREADPOOL_MAX_THREADS, &n_threads))
+                    return cli_fail("run-local", "--threads: '%s' is not in 1..%u", optarg,
+                                    THREADPOOL_MAX_THREADS),
+                           2;
                 break;
             case OPT_TEMP:
                 if (cli_parse_double(optarg, 0, 100, &d))
@@ -242,6 +252,7 @@ int cmd_run_local(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     kv_cache *kv = NULL;
+    threadpool *pool = NULL;
     model_runner *r = NULL;
     generator *g = NULL;
     if (chat) {
@@ -281,7 +292,8 @@ int cmd_run_local(int argc, char **argv) {
         goto done;
     }
     kv = kv_cache_new(m, ctx, kvt, &err);
-    r = kv ? model_runner_new(m, 0, &err) : NULL;
+    pool = kv ? threadpool_new((uint32_t)n_threads, &err) : NULL;
+    r = pool ? model_runner_new(m, 0, pool, &err) : NULL;
     g = r ? gen_new(m, r, kv, &gp, &err) : NULL;
     if (!g) {
         cli_fail("run-local", "%s", err.message);
@@ -322,17 +334,18 @@ int cmd_run_local(int argc, char **argv) {
     const gen_stats *s = gen_get_stats(g);
     fprintf(stderr,
             "\nstop: %s\nload: %.1f ms\nprompt: %u tokens, %.1f tok/s\n"
-            "generation: %u tokens, %.1f tok/s\n"
+            "generation: %u tokens, %.1f tok/s\nthreads: %u\n"
             "memory: weights %.1f MiB (mapped), KV cache %.1f MiB (%s, %u positions)\n",
             gen_stop_name(t.stop), load_s * 1e3, s->n_prompt,
             s->prefill_ns ? s->n_prompt / (s->prefill_ns * 1e-9) : 0.0, s->n_generated,
-            s->decode_ns ? s->n_generated / (s->decode_ns * 1e-9) : 0.0,
+            s->decode_ns ? s->n_generated / (s->decode_ns * 1e-9) : 0.0, threadpool_n_threads(pool),
             model_weight_bytes(m) / 1048576.0, kv_cache_bytes(kv) / 1048576.0,
             kvt == KV_TYPE_F16 ? "f16" : "f32", ctx);
     status = 0;
 done:
     gen_destroy(&g);
     model_runner_destroy(&r);
+    threadpool_destroy(&pool);
     kv_cache_destroy(&kv);
     free(ids);
     model_destroy(&m);
@@ -403,18 +416,26 @@ int cmd_tokenize_local(int argc, char **argv) {
 
 int cmd_perplexity(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL;
-    long n_ctx = 512;
+    long n_ctx = 512, n_threads = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-f") == 0 && i + 1 < argc)
             text_path = argv[++i];
         else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
             if (cli_parse_long(argv[++i], 16, 1 << 20, &n_ctx))
                 return cli_fail("perplexity", "-c: '%s' is not a context size", argv[i]), 2;
+        } else if ((strcmp(argv[i], "-t") == 0 || strcmp(argv[i], "--threads") == 0) &&
+                   i + 1 < argc) {
+            if (cli_parse_long(argv[++i], 1, THREADPOOL_MAX_THREADS, &n_threads))
+                return cli_fail("perplexity", "--threads: '%s' is not in 1..%u", argv[i],
+                                THREADPOOL_MAX_THREADS),
+                       2;
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: corral perplexity MODEL.gguf -f TEXT [-c CTX]\n\n"
+            printf("usage: corral perplexity MODEL.gguf -f TEXT [-c CTX] [-t THREADS]\n\n"
                    "Perplexity of the model over the text, computed as llama-perplexity does:\n"
                    "non-overlapping chunks of CTX tokens (default 512), each scored on its second\n"
-                   "half. Needs a text of at least 2*CTX tokens.\n");
+                   "half. Needs a text of at least 2*CTX tokens. THREADS: threads for the forward\n"
+                   "pass (default: the number of physical cores; the result does not depend on\n"
+                   "it).\n");
             return 0;
         } else if (!path && argv[i][0] != '-')
             path = argv[i];
@@ -432,10 +453,11 @@ int cmd_perplexity(int argc, char **argv) {
 
     corral_error err;
     model *m = model_load(path, NULL, &err);
+    threadpool *pool = NULL;
     int status = 1;
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (!m) {
+    if (!m || !(pool = threadpool_new((uint32_t)n_threads, &err))) {
         cli_fail("perplexity", "%s", err.message);
     } else if (prompt_tokenize_text(model_get_tokenizer(m), text, len, &ids, &n_ids, &err) !=
                CORRAL_OK) {
@@ -444,18 +466,21 @@ int cmd_perplexity(int argc, char **argv) {
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         eval_perplexity_result res;
-        if (eval_perplexity(m, ids, n_ids, (uint32_t)n_ctx, &res, &err) != CORRAL_OK) {
+        if (eval_perplexity(m, pool, ids, n_ids, (uint32_t)n_ctx, &res, &err) != CORRAL_OK) {
             cli_fail("perplexity", "%s", err.message);
         } else {
             printf("%.4f\n", res.perplexity);
-            fprintf(stderr, "perplexity %.4f over %u chunks of %ld tokens (%llu scored), %.2f s\n",
+            fprintf(stderr,
+                    "perplexity %.4f over %u chunks of %ld tokens (%llu scored), %.2f s, "
+                    "%u threads\n",
                     res.perplexity, res.n_chunks, n_ctx, (unsigned long long)res.n_scored,
-                    seconds_since(&t0));
+                    seconds_since(&t0), threadpool_n_threads(pool));
             status = 0;
         }
     }
     free(ids);
     free(text);
+    threadpool_destroy(&pool);
     model_destroy(&m);
     return status;
 }

@@ -21,6 +21,17 @@ static const cli_command cli_commands[] = {
     {"tokenize-local", cmd_tokenize_local, "print the token ids of stdin's text for a model file"},
     {"perplexity", cmd_perplexity, "perplexity of a model file over a text file"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensors"},
+    {"synth", cmd_synth, "write a synthetic model (a real model's shape, random weights)"},
+    {"bench", cmd_bench, "measure a model file's prompt and generation speed, memory bandwidth"},
+    {"run", cmd_run, "generate text with a model of the running corrald"},
+    {"chat", cmd_chat, "chat with a model of the running corrald"},
+    {"ps", cmd_ps, "the daemon's models: state, memory, last use, queue"},
+    {"models", cmd_models, "the models configured in the daemon"},
+    {"status", cmd_status, "the daemon's totals and its models' state"},
+    {"load", cmd_load, "load a model into the daemon now"},
+    {"unload", cmd_unload, "release a model's memory in the daemon"},
+    {"pin", cmd_pin, "keep a model in the daemon's memory"},
+    {"unpin", cmd_unpin, "let the daemon unload or swap out a model again"},
 };
 
 static void print_usage(FILE *out) {
@@ -28,7 +39,10 @@ static void print_usage(FILE *out) {
                  "commands:\n");
     for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
         fprintf(out, "  %-16s %s\n", cli_commands[i].name, cli_commands[i].summary);
-    fprintf(out, "\nenvironment: CORRAL_LOG_LEVEL (error, warn, info, debug, trace)\n");
+    fprintf(out,
+            "\nglobal options (daemon commands): --endpoint URL, --app NAME\n"
+            "environment: CORRAL_LOG_LEVEL (error, warn, info, debug, trace),\n"
+            "             CORRAL_ENDPOINT (corrald's endpoint when --endpoint is not given)\n");
 }
 
 int cli_fail(const char *cmd, const char *fmt, ...) {
@@ -65,6 +79,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "corral: CORRAL_LOG_LEVEL is not one of error, warn, info, debug, trace\n");
         return 2;
     }
+    int globals = cli_parse_global_options(argc, argv); /* --endpoint/--app before the command */
+    if (globals < 0) return 2;
+    argv[globals] = argv[0];
+    argv += globals;
+    argc -= globals;
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         print_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -19,8 +19,9 @@ static double neg_log_prob(const float *logits, uint32_t n_vocab, int32_t target
     return log(sum) - ((double)logits[target] - max);
 }
 
-corral_status eval_perplexity(const model *m, const int32_t *tokens, size_t n_tokens,
-                              uint32_t n_ctx, eval_perplexity_result *out, corral_error *err) {
+corral_status eval_perplexity(const model *m, threadpool *pool, const int32_t *tokens,
+                              size_t n_tokens, uint32_t n_ctx, eval_perplexity_result *out,
+                              corral_error *err) {
     const model_hparams *hp = model_get_hparams(m);
     if (n_ctx < 16 || n_ctx > hp->n_ctx_train)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
@@ -36,7 +37,7 @@ corral_status eval_perplexity(const model *m, const int32_t *tokens, size_t n_to
 
     corral_status st = CORRAL_OUT_OF_MEMORY;
     kv_cache *kv = kv_cache_new(m, n_ctx, KV_TYPE_F32, err);
-    model_runner *r = kv ? model_runner_new(m, n_ctx, err) : NULL;
+    model_runner *r = kv ? model_runner_new(m, n_ctx, pool, err) : NULL;
     int32_t *chunk = malloc(n_ctx * sizeof *chunk);
     float *logits = malloc((size_t)n_ctx * hp->n_vocab * sizeof *logits);
     if (!kv || !r) {

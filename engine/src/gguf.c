@@ -12,7 +12,10 @@
  *
  * Writing (gguf_builder) keeps each metadata value already serialized, so copying a value from
  * an open file — arrays of arrays included — is a byte copy, and writing is a straight
- * concatenation: header, metadata, tensor infos, padding, tensor data (each padded).
+ * concatenation: header, metadata, tensor infos, padding, tensor data (each padded). Tensor data
+ * is either borrowed from the caller or produced during the write by a fill callback, one tensor
+ * at a time, so that `corral synth` can write a multi-gigabyte model holding only its largest
+ * tensor in memory.
  */
 #include "corral/gguf.h"
 
@@ -1163,6 +1166,9 @@ typedef struct builder_tensor {
     int64_t ne[GGUF_MAX_DIMS];
     uint64_t size;
     const void *data; /* borrowed until gguf_builder_write returns */
+    /* Or, when fill is set, produced by fill(user, ...) during gguf_builder_write. */
+    gguf_tensor_fill_fn fill;
+    void *user;
 } builder_tensor;
 
 struct gguf_builder {
@@ -1339,9 +1345,10 @@ corral_status gguf_builder_copy_kv(gguf_builder *b, const gguf_file *src, uint64
     return builder_put(b, kv->key.data, (size_t)kv->key.len, kv->type, &buf);
 }
 
-corral_status gguf_builder_add_tensor(gguf_builder *b, const char *name, uint32_t type,
-                                      uint32_t n_dims, const int64_t *ne, const void *data,
-                                      corral_error *err) {
+/* Checks and records one tensor; its bytes come from data or, when fill is set, from fill. */
+static corral_status builder_add(gguf_builder *b, const char *name, uint32_t type, uint32_t n_dims,
+                                 const int64_t *ne, const void *data, gguf_tensor_fill_fn fill,
+                                 void *user, corral_error *err) {
     if (!b || !name || !ne) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "gguf_builder_add_tensor: NULL argument");
@@ -1356,7 +1363,7 @@ corral_status gguf_builder_add_tensor(gguf_builder *b, const char *name, uint32_
                                 "tensor '%s': n_dims %" PRIu32 " is out of range 1..%d", name,
                                 n_dims, GGUF_MAX_DIMS);
     }
-    builder_tensor t = {.type = type, .n_dims = n_dims, .data = data};
+    builder_tensor t = {.type = type, .n_dims = n_dims, .data = data, .fill = fill, .user = user};
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
         if (t.ne[d] < 0) {
@@ -1380,7 +1387,7 @@ corral_status gguf_builder_add_tensor(gguf_builder *b, const char *name, uint32_
     if (overflow || bytes > SIZE_MAX) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "tensor '%s': size overflows", name);
     }
-    if (bytes > 0 && !data) {
+    if (bytes > 0 && !data && !fill) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "tensor '%s': data is NULL", name);
     }
     t.size = bytes;
@@ -1397,6 +1404,24 @@ corral_status gguf_builder_add_tensor(gguf_builder *b, const char *name, uint32_
     }
     b->tensors[b->n_tensors++] = t;
     return CORRAL_OK;
+}
+
+corral_status gguf_builder_add_tensor(gguf_builder *b, const char *name, uint32_t type,
+                                      uint32_t n_dims, const int64_t *ne, const void *data,
+                                      corral_error *err) {
+    return builder_add(b, name, type, n_dims, ne, data, NULL, NULL, err);
+}
+
+corral_status gguf_builder_add_tensor_fill(gguf_builder *b, const char *name, uint32_t type,
+                                           uint32_t n_dims, const int64_t *ne,
+                                           gguf_tensor_fill_fn fill, void *user,
+                                           corral_error *err) {
+    if (!fill) {
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "gguf_builder_add_tensor_fill: tensor '%s': NULL fill function",
+                                name ? name : "?");
+    }
+    return builder_add(b, name, type, n_dims, ne, NULL, fill, user, err);
 }
 
 /* Writes all n bytes, retrying short writes and interruptions. */
@@ -1503,26 +1528,54 @@ corral_status gguf_builder_write(gguf_builder *b, const char *path, corral_error
         free(header.data);
         return corral_error_prefix(err, "%s", path);
     }
+    /* One buffer, the size of the largest filled tensor, serves every fill in turn. */
+    uint64_t fill_max = 0;
+    for (size_t i = 0; i < b->n_tensors; i++) {
+        if (b->tensors[i].fill && b->tensors[i].size > fill_max) fill_max = b->tensors[i].size;
+    }
+    void *fill_buf = NULL;
+    if (fill_max > 0 && (fill_max > SIZE_MAX || !(fill_buf = malloc((size_t)fill_max)))) {
+        free(header.data);
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY,
+                                "%s: no memory for a %" PRIu64 "-byte tensor buffer", path,
+                                fill_max);
+    }
 
     char tmp[4096];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof tmp) {
         free(header.data);
+        free(fill_buf);
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s: path too long", path);
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
         free(header.data);
+        free(fill_buf);
         return corral_error_set(err, CORRAL_IO, "%s: cannot create: %s", tmp, strerror(e));
     }
     /* Files without tensors end right after the metadata, as llama.cpp's vocab files do. */
     bool ok = write_all(fd, header.data, header.len) &&
               write_zeros(fd, b->n_tensors ? pad_to(header.len, alignment) : 0);
     free(header.data);
+    corral_status fill_st = CORRAL_OK;
     for (size_t i = 0; i < b->n_tensors && ok; i++) {
         const builder_tensor *t = &b->tensors[i];
-        ok = write_all(fd, t->data, t->size) && write_zeros(fd, pad_to(t->size, alignment));
+        const void *data = t->data;
+        if (t->fill && t->size > 0) {
+            fill_st = t->fill(t->user, t->name, fill_buf, t->size, err);
+            if (fill_st != CORRAL_OK) break;
+            data = fill_buf;
+        }
+        ok = write_all(fd, data, t->size) && write_zeros(fd, pad_to(t->size, alignment));
+    }
+    free(fill_buf);
+    if (fill_st != CORRAL_OK) {
+        close(fd);
+        unlink(tmp);
+        corral_error_prefix(err, "%s", path);
+        return fill_st;
     }
     int e = errno;
     if (ok && fsync(fd) != 0) {

@@ -242,6 +242,8 @@ model *model_load(const char *path, const model_params *params, corral_error *er
         return NULL;
     }
     m->params = params ? *params : model_params_default();
+    /* A CORRAL_CPU that names no runnable kernel path stops every load, with its message. */
+    if (!kernels_get(err)) goto fail;
     m->file = gguf_open(path, err);
     if (!m->file) goto fail;
 
@@ -390,7 +392,8 @@ corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *er
 
 /* ---- runner ---------------------------------------------------------------------------------- */
 
-model_runner *model_runner_new(const model *m, uint32_t max_batch, corral_error *err) {
+model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *pool,
+                               corral_error *err) {
     if (max_batch == 0) max_batch = 512;
     if (max_batch > 65536) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "batch of %u tokens is too large",
@@ -403,7 +406,17 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, corral_error 
         return NULL;
     }
     r->m = m;
+    /* Reference mode is the yardstick: scalar kernels throughout. */
+    r->ops = m->params.compute == MODEL_COMPUTE_REFERENCE ? kernels_for_path(KERNEL_PATH_SCALAR)
+                                                          : kernels_get(err);
+    if (!r->ops) {
+        free(r);
+        return NULL;
+    }
     r->max_batch = max_batch;
+    r->pool = pool;
+    r->n_threads = threadpool_n_threads(pool);
+    const size_t T = r->n_threads;
     const model_hparams *hp = &m->hp;
     const size_t B = max_batch;
     const size_t n_q = (size_t)hp->n_head * hp->head_dim,
@@ -411,6 +424,7 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, corral_error 
     size_t max_in = hp->n_embd;
     if (n_q > max_in) max_in = n_q;
     if (hp->n_ff > max_in) max_in = hp->n_ff;
+    r->max_in = max_in;
     int ok =
         (r->x = malloc(B * hp->n_embd * sizeof(float))) &&
         (r->xn = malloc(B * hp->n_embd * sizeof(float))) &&
@@ -419,10 +433,10 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, corral_error 
         (r->tmp = malloc(B * hp->n_embd * sizeof(float))) &&
         (r->gate = malloc(B * hp->n_ff * sizeof(float))) &&
         (r->up = malloc(B * hp->n_ff * sizeof(float))) &&
-        (r->scores = malloc((size_t)hp->n_ctx_train * sizeof(float))) &&
+        (r->scores = malloc(T * hp->n_ctx_train * sizeof(float))) &&
         (r->rope_cs = malloc(B * hp->n_rot * sizeof(float))) &&
-        (r->row_f32 = malloc(max_in * sizeof(float))) &&
-        (r->kv_row = malloc(hp->head_dim * sizeof(float)));
+        (r->row_f32 = malloc(T * max_in * sizeof(float))) &&
+        (r->kv_row = malloc(T * hp->head_dim * sizeof(float)));
     /* One quantized-activation buffer per partner type the model's weights use. */
     for (size_t i = 0; ok && i < ARCH_N_GLOBAL_ROLES + (size_t)hp->n_layer * ARCH_N_LAYER_ROLES;
          i++) {

@@ -9,6 +9,8 @@
 #include "arch.h"
 #include "corral/model.h"
 #include "corral/tensor.h"
+#include "corral/threadpool.h"
+#include "kernels.h"
 #include "ops.h"
 
 /* One weight matrix (or vector) bound from the file: rows of n_in elements of `type`. */
@@ -61,6 +63,11 @@ typedef struct act_cache_entry {
 struct model_runner {
     const struct model *m;
     uint32_t max_batch;
+    threadpool *pool;   /* borrowed; NULL: single-threaded */
+    uint32_t n_threads; /* threadpool_n_threads(pool): the per-thread scratch below has this many */
+    size_t max_in;      /* longest matmul input row: the stride of row_f32 */
+    /* The CPU kernels: kernels_get(), or the scalar ones in reference mode. */
+    const kernel_ops *ops;
     /* Activations, [max_batch][dim]. */
     float *x;       /* residual stream [n_embd] */
     float *xn;      /* normed input of attention / ffn [n_embd] */
@@ -71,10 +78,10 @@ struct model_runner {
     float *tmp;     /* output of a projection [n_embd] */
     float *gate;    /* [n_ff] */
     float *up;      /* [n_ff] */
-    float *scores;  /* attention scores over the context [n_ctx_train] */
+    float *scores;  /* attention scores over the context, per thread [n_threads][n_ctx_train] */
     float *rope_cs; /* cos/sin per token [max_batch][n_rot] */
-    float *row_f32; /* one dequantized weight row (reference mode) [max_in] */
-    float *kv_row;  /* one K or V row converted to F32 [head_dim] */
+    float *row_f32; /* a dequantized weight row (reference mode), per thread [n_threads][max_in] */
+    float *kv_row;  /* a K or V row converted to F32, per thread [n_threads][head_dim] */
     /* Quantized activations, one buffer per partner type. */
     void *act_q[TENSOR_TYPE_COUNT];
     size_t act_q_size[TENSOR_TYPE_COUNT];
@@ -86,11 +93,12 @@ struct model_runner {
 void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t *tokens,
                      uint32_t n_tok);
 
-/* out[t][row] = W[row] . x[t] for t < n_tok, rows of W (forward.c). */
+/* out[t][row] = W[row] . x[t] for t < n_tok, rows of W, split over the runner's pool
+ * (forward.c). */
 void forward_matmul(struct model_runner *r, float *out, const model_weight *w, const float *x,
                     int64_t n_tok);
 
 /* Dequantize row `row` of an embedding-like weight into dst (forward.c). */
-void forward_get_row(const model_weight *w, int64_t row, float *dst);
+void forward_get_row(const struct model_runner *r, const model_weight *w, int64_t row, float *dst);
 
 #endif /* CORRAL_ENGINE_MODEL_IMPL_H */

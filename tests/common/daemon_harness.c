@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,5 +172,107 @@ int harness_run_corrald(const char *const *args, char *out, size_t size, int tim
     }
     close(fds[0]);
     out[len] = '\0';
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Append what fd has to buf (keeping a NUL at the end); returns 0 at EOF, 1 otherwise. */
+static int harness_drain(int fd, char *buf, size_t size, size_t *len) {
+    char scratch[4096];
+    ssize_t n = read(fd, scratch, sizeof scratch);
+    if (n == 0) return 0;
+    if (n < 0) return errno == EINTR || errno == EAGAIN ? 1 : 0;
+    if (buf && size > 0) {
+        size_t room = size - 1 - *len;
+        size_t take = (size_t)n < room ? (size_t)n : room;
+        memcpy(buf + *len, scratch, take);
+        *len += take;
+        buf[*len] = '\0';
+    }
+    return 1;
+}
+
+int harness_run_program(const char *const *argv, const char *input, char *out, size_t out_size,
+                        char *err, size_t err_size, int timeout_ms) {
+    int in_fds[2], out_fds[2], err_fds[2];
+    if (pipe(in_fds) != 0) return -1;
+    if (pipe(out_fds) != 0) {
+        close(in_fds[0]);
+        close(in_fds[1]);
+        return -1;
+    }
+    if (pipe(err_fds) != 0) {
+        close(in_fds[0]);
+        close(in_fds[1]);
+        close(out_fds[0]);
+        close(out_fds[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(in_fds[0], STDIN_FILENO);
+        dup2(out_fds[1], STDOUT_FILENO);
+        dup2(err_fds[1], STDERR_FILENO);
+        close(in_fds[0]);
+        close(in_fds[1]);
+        close(out_fds[0]);
+        close(out_fds[1]);
+        close(err_fds[0]);
+        close(err_fds[1]);
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "harness: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(in_fds[0]);
+    close(out_fds[1]);
+    close(err_fds[1]);
+    /* Inputs are small (well under a pipe's buffer): write them whole, then close. */
+    signal(SIGPIPE, SIG_IGN);
+    if (input) {
+        size_t left = strlen(input);
+        const char *p = input;
+        while (left > 0) {
+            ssize_t n = write(in_fds[1], p, left);
+            if (n <= 0) break;
+            p += n;
+            left -= (size_t)n;
+        }
+    }
+    close(in_fds[1]);
+    if (out && out_size) out[0] = '\0';
+    if (err && err_size) err[0] = '\0';
+    size_t out_len = 0, err_len = 0;
+    int out_open = 1, err_open = 1;
+    long long deadline = now_ms() + timeout_ms;
+    while (out_open || err_open) {
+        long long left = deadline - now_ms();
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            close(out_fds[0]);
+            close(err_fds[0]);
+            return -1;
+        }
+        struct pollfd fds[2] = {{.fd = out_open ? out_fds[0] : -1, .events = POLLIN},
+                                {.fd = err_open ? err_fds[0] : -1, .events = POLLIN}};
+        if (poll(fds, 2, (int)(left < 100 ? left : 100)) < 0 && errno != EINTR) break;
+        if (out_open && (fds[0].revents & (POLLIN | POLLHUP)))
+            out_open = harness_drain(out_fds[0], out, out_size, &out_len);
+        if (err_open && (fds[1].revents & (POLLIN | POLLHUP)))
+            err_open = harness_drain(err_fds[0], err, err_size, &err_len);
+    }
+    close(out_fds[0]);
+    close(err_fds[0]);
+    int status;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (now_ms() >= deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        usleep(2000);
+    }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

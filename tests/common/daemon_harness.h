@@ -38,4 +38,11 @@ void harness_read_log(const harness_daemon *d, char *buf, size_t size);
 /* Path of the corrald binary under test. */
 const char *harness_corrald_path(void);
 
+/* Run argv (argv[0] is the program's path; NULL-terminated) to completion with `input` (may be
+ * NULL: empty) on its stdin, capturing stdout into out and stderr into err separately (each
+ * NUL-terminated, truncated to its size; err may be NULL). The environment is inherited. Returns
+ * the exit status, 128+signal if it died of one, or -1 if it had to be killed after timeout_ms. */
+int harness_run_program(const char *const *argv, const char *input, char *out, size_t out_size,
+                        char *err, size_t err_size, int timeout_ms);
+
 #endif /* CORRAL_DAEMON_HARNESS_H */

@@ -156,6 +156,94 @@ START_TEST(test_syntax_and_duplicates) {
 }
 END_TEST
 
+START_TEST(test_models_and_apps) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "threads: 2\n"
+             "memory: {limit: 2GiB, high_watermark: 0.9, low_watermark: 0.5, swap_dir: swap}\n"
+             "models:\n"
+             "  - name: a\n"
+             "    path: %s/m.gguf\n"
+             "    context: 256\n"
+             "    kv_type: f32\n"
+             "    priority: background\n"
+             "    pin: true\n"
+             "    defaults: {temperature: 0.25, top_k: 5, max_tokens: 64}\n"
+             "  - name: b\n"
+             "    path: m.gguf\n"
+             "apps:\n"
+             "  - name: speaker\n"
+             "    models: [a]\n"
+             "    max_priority: realtime\n"
+             "  - name: all\n",
+             tmp_dir);
+    write_file("m.gguf", "not checked here");
+    const char *path = write_file("corral.yaml", text);
+    corral_error err;
+    cfg *c = cfg_load_file(path, &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_int_eq(c->threads, 2);
+    ck_assert_uint_eq(c->memory_limit, 2ull << 30);
+    ck_assert_uint_eq(c->n_models, 2);
+    const cfg_model *a = cfg_find_model(c, "a");
+    ck_assert_int_eq(a->context, 256);
+    ck_assert(a->kv_f32 && a->pin && !a->preload);
+    ck_assert_int_eq(a->priority, CFG_PRIORITY_BACKGROUND);
+    ck_assert(a->defaults.has_temperature && a->defaults.has_top_k && a->defaults.has_max_tokens);
+    ck_assert(!a->defaults.has_top_p && !a->defaults.has_min_p);
+    ck_assert(a->defaults.temperature == 0.25f);
+    ck_assert_int_eq(a->defaults.max_tokens, 64);
+    /* Relative paths resolve against the config file's folder. */
+    char want[512];
+    snprintf(want, sizeof want, "%s/m.gguf", tmp_dir);
+    ck_assert_str_eq(cfg_find_model(c, "b")->path, want);
+    snprintf(want, sizeof want, "%s/swap", tmp_dir);
+    ck_assert_str_eq(c->swap_dir, want);
+    ck_assert_int_eq(cfg_find_model(c, "b")->priority, CFG_PRIORITY_INTERACTIVE);
+    const cfg_app *sp = cfg_find_app(c, "speaker");
+    ck_assert_int_eq(sp->max_priority, CFG_PRIORITY_REALTIME);
+    ck_assert(cfg_app_allows_model(sp, "a") && !cfg_app_allows_model(sp, "b"));
+    ck_assert(cfg_app_allows_model(cfg_find_app(c, "all"), "b"));
+    ck_assert(cfg_app_allows_model(NULL, "b")); /* the default app */
+    ck_assert_ptr_null(cfg_find_app(c, "nobody"));
+    cfg_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_memory_share_of_ram) {
+    corral_error err;
+    const char *text = "memory: {limit: 25%}\n";
+    cfg *c = cfg_load_string(text, strlen(text), "t.yaml", &err);
+    ck_assert_ptr_nonnull(c);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    ck_assert_uint_eq(c->memory_limit, (uint64_t)((double)pages * page * 0.25));
+    cfg_destroy(&c);
+    expect_error("memory: {limit: 150%}\n", "share of RAM");
+    expect_error("memory: {low_watermark: 0.9, high_watermark: 0.8}\n", "must be below");
+}
+END_TEST
+
+START_TEST(test_model_entry_errors) {
+    expect_error("models:\n  - name: x\n    path: /nonexistent/m.gguf\n",
+                 "t.yaml:2:3: model 'x': file /nonexistent/m.gguf");
+    expect_error("models:\n  - path: /etc/hostname\n", "t.yaml:2:5: models: entry 1 lacks the "
+                                                       "required key 'name'");
+    expect_error("models:\n  - name: x\n    path: /etc/hostname\n    colour: red\n",
+                 "t.yaml:4:5: unknown key 'colour'");
+    expect_error("models:\n  - name: x\n    path: /etc/hostname\n  - name: x\n    path: /etc/hostname\n",
+                 "the name 'x' is used twice");
+    expect_error("models:\n  - name: x\n    path: /etc/hostname\n    context: lots\n",
+                 "t.yaml:4:14: context: expected an integer, got 'lots'");
+    expect_error("models:\n  - name: x\n    path: /etc/hostname\n    defaults: {top_p: 2}\n",
+                 "defaults.top_p: 2 is out of range");
+    expect_error("models:\n  - name: x\n    path: /etc/hostname\n    kv_type: q8\n",
+                 "expected f16 or f32");
+    expect_error("models: {name: x}\n", "models: expected a list of mappings");
+    expect_error("apps:\n  - name: s\n    models: [ghost]\n", "app 's' names model 'ghost'");
+    expect_error("apps:\n  - name: s\n    max_priority: urgent\n", "one of background");
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *core = tcase_create("core");
@@ -164,6 +252,8 @@ static Suite *config_suite(void) {
     tcase_add_test(core, test_file_found_and_loaded);
     tcase_add_test(core, test_file_not_found);
     tcase_add_test(core, test_default_file_search);
+    tcase_add_test(core, test_models_and_apps);
+    tcase_add_test(core, test_memory_share_of_ram);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_empty_and_comment_only_files);
@@ -173,6 +263,7 @@ static Suite *config_suite(void) {
     tcase_add_test(errors, test_unknown_key_has_position);
     tcase_add_test(errors, test_wrong_types);
     tcase_add_test(errors, test_syntax_and_duplicates);
+    tcase_add_test(errors, test_model_entry_errors);
     suite_add_tcase(s, errors);
     return s;
 }

@@ -33,7 +33,7 @@ static model *load(const char *rel) {
 static void run(model *m, const gen_params *gp, uint32_t n_ctx, run_result *out) {
     corral_error err;
     kv_cache *kv = kv_cache_new(m, n_ctx, KV_TYPE_F32, &err);
-    model_runner *r = model_runner_new(m, 0, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
     generator *g = gen_new(m, r, kv, gp, &err);
     ck_assert_msg(g != NULL, "%s", err.message);
     int32_t *prompt;
@@ -197,7 +197,7 @@ START_TEST(test_bad_use) {
     model *m = load("models/stories260K.gguf");
     corral_error err;
     kv_cache *kv = kv_cache_new(m, 32, KV_TYPE_F32, &err);
-    model_runner *r = model_runner_new(m, 0, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
     gen_params gp = gen_params_default();
     gp.sampling.top_p = 2.0f;
     ck_assert_ptr_null(gen_new(m, r, kv, &gp, &err));

@@ -1,7 +1,8 @@
 /*
  * test_model.c — Check suite for the model module: logits of every reference model against
  * llama.cpp's and an independent float64 implementation's, greedy generation against llama.cpp's
- * transcripts, KV cache operations, and bad model files.
+ * transcripts, KV cache operations, bit-identical logits for any thread count, and bad model
+ * files.
  *
  * Error budgets (from the engine-correctness issue):
  *   reference mode vs exact logits                  max |d| <= 2e-3, every type
@@ -19,6 +20,7 @@
 
 #include "corral/model.h"
 #include "corral/tensor.h"
+#include "corral/threadpool.h"
 #include "corral/tokenizer.h"
 #include "refdata.h"
 #include "testutil.h"
@@ -85,7 +87,7 @@ static float *run_logits(const ref_stem *st, model_compute compute, kv_type kvt,
     ck_assert_uint_eq(model_get_hparams(m)->n_vocab, N_VOCAB);
     kv_cache *kv = kv_cache_new(m, 64, kvt, &err);
     ck_assert_ptr_nonnull(kv);
-    model_runner *r = model_runner_new(m, 0, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
     ck_assert_ptr_nonnull(r);
     float *logits = malloc((size_t)n * N_VOCAB * sizeof(float));
     ck_assert_int_eq(model_forward(r, kv, ids, (uint32_t)n, MODEL_LOGITS_ALL, logits, &err),
@@ -251,7 +253,7 @@ static void check_greedy(const char *stem, const char *model_rel, kv_type kvt, i
     model *m = model_load(test_shared_path(model_rel), NULL, &err);
     ck_assert_msg(m != NULL, "%s", err.message);
     kv_cache *kv = kv_cache_new(m, 512, kvt, &err);
-    model_runner *r = model_runner_new(m, 0, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
     float *logits = malloc(N_VOCAB * sizeof(float));
     ck_assert_int_eq(
         model_forward(r, kv, prompt, (uint32_t)n_prompt, MODEL_LOGITS_LAST, logits, &err),
@@ -321,7 +323,7 @@ static void fixture_open(fixture *f, const char *model_rel, uint32_t n_ctx) {
     corral_error err;
     f->m = model_load(test_shared_path(model_rel), NULL, &err);
     ck_assert_msg(f->m != NULL, "%s", err.message);
-    f->r = model_runner_new(f->m, 8, &err); /* small batches: exercises batch splitting */
+    f->r = model_runner_new(f->m, 8, NULL, &err); /* small batches: exercises batch splitting */
     f->kv = kv_cache_new(f->m, n_ctx, KV_TYPE_F32, &err);
     ck_assert_ptr_nonnull(f->r);
     ck_assert_ptr_nonnull(f->kv);
@@ -411,6 +413,95 @@ START_TEST(test_context_full_and_bad_tokens) {
     ck_assert_ptr_null(kv_cache_new(f.m, 4096, KV_TYPE_F16, &err)); /* model's context: 2048 */
     ck_assert_ptr_nonnull(strstr(err.message, "2048"));
     fixture_close(&f);
+}
+END_TEST
+
+/* ---- threads ------------------------------------------------------------------------------ */
+
+enum { THREAD_TEST_PREFILL = 20, THREAD_TEST_IDS = 32 };
+
+/* Logits of the 32 ids of reference/<stem>.ids.txt on a runner with a pool of n_threads (1: no
+ * pool at all): a prefill of the first 20 with every position's logits, then one token at a time,
+ * so that both the batched and the single-token paths run. Caller frees. */
+static float *logits_with_threads(const char *stem, model_compute compute, kv_type kvt,
+                                  uint32_t n_threads) {
+    char rel[300];
+    snprintf(rel, sizeof rel, "reference/%s.ids.txt", stem);
+    int32_t ids[THREAD_TEST_IDS];
+    ck_assert_int_eq(ref_read_ids(rel, ids, THREAD_TEST_IDS), THREAD_TEST_IDS);
+    snprintf(rel, sizeof rel, "models/%s.gguf", stem);
+    model_params mp = model_params_default();
+    mp.compute = compute;
+    corral_error err;
+    model *m = model_load(test_shared_path(rel), &mp, &err);
+    ck_assert_msg(m != NULL, "%s: %s", stem, err.message);
+    threadpool *pool = NULL;
+    if (n_threads > 1) {
+        pool = threadpool_new(n_threads, &err);
+        ck_assert_msg(pool != NULL, "%s", err.message);
+    }
+    kv_cache *kv = kv_cache_new(m, 64, kvt, &err);
+    model_runner *r = model_runner_new(m, 0, pool, &err);
+    ck_assert_ptr_nonnull(kv);
+    ck_assert_ptr_nonnull(r);
+    float *logits = malloc((size_t)THREAD_TEST_IDS * N_VOCAB * sizeof(float));
+    ck_assert_int_eq(model_forward(r, kv, ids, THREAD_TEST_PREFILL, MODEL_LOGITS_ALL, logits, &err),
+                     CORRAL_OK);
+    for (int i = THREAD_TEST_PREFILL; i < THREAD_TEST_IDS; i++)
+        ck_assert_int_eq(
+            model_forward(r, kv, &ids[i], 1, MODEL_LOGITS_LAST, logits + (size_t)i * N_VOCAB, &err),
+            CORRAL_OK);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    threadpool_destroy(&pool);
+    model_destroy(&m);
+    return logits;
+}
+
+/* Every output element is computed by one thread in a fixed order, so any thread count gives the
+ * very same bits as one thread; 3 and 4 threads on a 2-core machine too. */
+static void check_thread_counts_identical(const char *stem, model_compute compute, kv_type kvt) {
+    float *one = logits_with_threads(stem, compute, kvt, 1);
+    for (uint32_t n = 2; n <= 4; n++) {
+        float *got = logits_with_threads(stem, compute, kvt, n);
+        for (int p = 0; p < THREAD_TEST_IDS; p++)
+            ck_assert_msg(memcmp(got + (size_t)p * N_VOCAB, one + (size_t)p * N_VOCAB,
+                                 N_VOCAB * sizeof(float)) == 0,
+                          "%s (%s, kv %s): %u threads differ from 1 at position %d", stem,
+                          compute == MODEL_COMPUTE_FAST ? "fast" : "reference",
+                          kvt == KV_TYPE_F16 ? "f16" : "f32", n, p);
+        free(got);
+    }
+    free(one);
+}
+
+START_TEST(test_threads_bit_identical_quantized) {
+    check_thread_counts_identical("stories260K-q4_0", MODEL_COMPUTE_FAST, KV_TYPE_F16);
+    check_thread_counts_identical("synth-llama-q4_k", MODEL_COMPUTE_FAST, KV_TYPE_F32);
+    check_thread_counts_identical("synth-qwen2-q8_0", MODEL_COMPUTE_FAST, KV_TYPE_F16);
+}
+END_TEST
+
+START_TEST(test_threads_bit_identical_f32) {
+    check_thread_counts_identical("stories260K", MODEL_COMPUTE_FAST, KV_TYPE_F32);
+    check_thread_counts_identical("synth-llama-f32", MODEL_COMPUTE_FAST, KV_TYPE_F16);
+}
+END_TEST
+
+START_TEST(test_threads_bit_identical_reference_mode) {
+    check_thread_counts_identical("stories260K-q4_0", MODEL_COMPUTE_REFERENCE, KV_TYPE_F32);
+}
+END_TEST
+
+/* The threaded logits are not only self-consistent but right: within the F32 budget of the
+ * independent float64 implementation. */
+START_TEST(test_threads_match_exact_logits) {
+    float *got = logits_with_threads("stories260K", MODEL_COMPUTE_FAST, KV_TYPE_F32, 3);
+    float *exact = load_ref_logits("stories260K", "exact.logits.f32", THREAD_TEST_IDS);
+    diff_stats d = compare_logits(got, exact, THREAD_TEST_IDS, N_VOCAB);
+    ck_assert_msg(d.max <= FAST_F32_MAX_ERR, "3 threads: max |d| %.3g", d.max);
+    free(got);
+    free(exact);
 }
 END_TEST
 
@@ -546,6 +637,12 @@ static Suite *model_suite(void) {
     tcase_add_test(core, test_batched_equals_token_by_token);
     tcase_add_test(core, test_truncate_and_copy);
     suite_add_tcase(s, core);
+    TCase *threads = tcase_create("threads");
+    tcase_add_test(threads, test_threads_bit_identical_quantized);
+    tcase_add_test(threads, test_threads_bit_identical_f32);
+    tcase_add_test(threads, test_threads_bit_identical_reference_mode);
+    tcase_add_test(threads, test_threads_match_exact_logits);
+    suite_add_tcase(s, threads);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_context_full_and_bad_tokens);
     suite_add_tcase(s, limits);

@@ -24,8 +24,10 @@ typedef struct eval_perplexity_result {
  * chunk is evaluated from an empty KV cache; the predictions of tokens n_ctx/2+1 .. n_ctx-1 of
  * each chunk are scored (the first half only provides context). Needs at least 2 chunks and
  * 16 <= n_ctx <= the model's context: CORRAL_INVALID_ARGUMENT otherwise, naming the numbers.
- * Uses its own KV cache (F32) and runner. */
-corral_status eval_perplexity(const model *m, const int32_t *tokens, size_t n_tokens,
-                              uint32_t n_ctx, eval_perplexity_result *out, corral_error *err);
+ * Uses its own KV cache (F32) and runner; the forward passes run on `pool` (borrowed; NULL:
+ * the calling thread alone), which must not run anything else meanwhile. */
+corral_status eval_perplexity(const model *m, threadpool *pool, const int32_t *tokens,
+                              size_t n_tokens, uint32_t n_ctx, eval_perplexity_result *out,
+                              corral_error *err);
 
 #endif /* CORRAL_EVAL_H */

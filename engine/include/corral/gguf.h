@@ -175,8 +175,26 @@ corral_status gguf_builder_add_tensor(gguf_builder *b, const char *name, uint32_
                                       uint32_t n_dims, const int64_t *ne, const void *data,
                                       corral_error *err);
 
+/* Produces a tensor's bytes while gguf_builder_write runs: fill exactly `size` bytes at dst (a
+ * buffer the builder owns, reused between tensors) and return CORRAL_OK, or return an error with
+ * err filled; the write then fails and leaves no file behind. `user` and `name` are what was given
+ * to gguf_builder_add_tensor_fill. Called once per tensor, in the order the tensors were added,
+ * on the thread that calls gguf_builder_write. */
+typedef corral_status (*gguf_tensor_fill_fn)(void *user, const char *name, void *dst, uint64_t size,
+                                             corral_error *err);
+
+/* Add a tensor whose data is produced at write time by fill(user, ...) instead of being held in
+ * memory: a file of any size can then be written while holding one tensor at a time (the largest
+ * one). Checks as gguf_builder_add_tensor; `user` is borrowed until gguf_builder_write returns.
+ * A file may mix tensors added either way; the bytes written are the same as if the data had been
+ * passed to gguf_builder_add_tensor. */
+corral_status gguf_builder_add_tensor_fill(gguf_builder *b, const char *name, uint32_t type,
+                                           uint32_t n_dims, const int64_t *ne,
+                                           gguf_tensor_fill_fn fill, void *user, corral_error *err);
+
 /* Write the file atomically: to "<path>.tmp.<pid>", fsync, rename over path. Uses the builder's
- * `general.alignment` if set (else 32). */
+ * `general.alignment` if set (else 32). Tensors added with gguf_builder_add_tensor_fill are
+ * produced now, one at a time, into one buffer the size of the largest of them. */
 corral_status gguf_builder_write(gguf_builder *b, const char *path, corral_error *err);
 
 #endif /* CORRAL_GGUF_H */

@@ -7,8 +7,15 @@
  *                model_load, so one model can serve many threads and sequences.
  *   kv_cache     the attention keys and values of one sequence (a conversation), with the number
  *                of positions filled; it can be extended, truncated and copied.
- *   model_runner scratch buffers for one forward pass at a time (sized for a batch of tokens).
- *                One per thread of work; a runner can serve any number of kv caches in turn.
+ *   model_runner scratch buffers for one forward pass at a time (sized for a batch of tokens),
+ *                and the thread pool its passes run on. One per stream of work; a runner can
+ *                serve any number of kv caches in turn.
+ *
+ * Threads. A runner made with a thread pool splits every matrix product over the pool's threads
+ * by rows of the weight (each thread a contiguous range), and attention by heads; the small row
+ * operations (norms, rotations, additions) stay on the calling thread. Every output element is
+ * computed by exactly one thread with the same arithmetic in the same order, so the logits are
+ * bit-identical whatever the number of threads.
  *
  * Architectures are rows of a table (engine/src/arch.c): llama (Llama 2/3, TinyLlama, SmolLM,
  * Mistral) and qwen2. An unknown general.architecture is an error naming it.
@@ -21,6 +28,7 @@
 
 #include "corral/gguf.h"
 #include "corral/status.h"
+#include "corral/threadpool.h"
 #include "corral/tokenizer.h"
 
 /* How matrix products are computed. */
@@ -114,9 +122,12 @@ corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *er
 
 typedef struct model_runner model_runner;
 
-/* Scratch for batches of up to max_batch tokens (0 means 512). Caller owns it
- * (model_runner_destroy). Borrows m. */
-model_runner *model_runner_new(const model *m, uint32_t max_batch, corral_error *err);
+/* Scratch for batches of up to max_batch tokens (0 means 512), whose forward passes run on
+ * `pool` (NULL: on the calling thread alone). Caller owns it (model_runner_destroy). Borrows m and
+ * pool: both must outlive the runner. Per-thread scratch is sized for the pool's thread count.
+ * NULL with err: CORRAL_INVALID_ARGUMENT for a batch over 65536, CORRAL_OUT_OF_MEMORY. */
+model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *pool,
+                               corral_error *err);
 
 /* NULL-safe; sets *r to NULL. */
 void model_runner_destroy(model_runner **r);
@@ -132,7 +143,8 @@ typedef enum model_logits {
  * runner's max_batch, and write the requested logits. Errors: CORRAL_INVALID_ARGUMENT for a token
  * id outside the vocabulary (nothing is appended), CORRAL_RESOURCE_EXHAUSTED when the tokens do
  * not fit in the cache's context (nothing is appended). Not thread-safe for the same runner or
- * kv cache; different (runner, kv) pairs may run concurrently on one model. */
+ * kv cache; different (runner, kv) pairs may run concurrently on one model, except runners that
+ * share a thread pool (a pool runs one pass at a time: see threadpool.h). */
 corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens, uint32_t n_tokens,
                             model_logits which, float *logits, corral_error *err);
 

@@ -1,0 +1,509 @@
+/*
+ * cmd_bench.c — `corral bench`: how fast the engine runs a model file on this machine, and how
+ * close decoding comes to what the memory allows.
+ *
+ * Decoding one token reads every weight once (plus the KV cache), so its speed is bounded by the
+ * memory read bandwidth: tokens/s <= bandwidth / bytes_per_token. The benchmark measures both in
+ * the same run, with the same thread count, and reports the fraction of that ceiling reached — a
+ * number that compares across machines where raw tokens/s does not. Measured:
+ *   pp   prompt processing: a batched prefill of p tokens from an empty cache, tokens/s
+ *   tg   generation: n tokens one at a time (greedy, each fed back) after an 8-token prompt
+ *   load load-to-first-token (model_load, cache, runner, one token's logits), warm (page cache
+ *        holds the file) and cold (after posix_fadvise DONTNEED; best effort: pages that another
+ *        process maps stay resident, so the fraction still resident is reported)
+ *   bandwidth a multi-threaded streaming read of a buffer far larger than the last-level cache,
+ *        best of several passes; measured last, so that it does not count in the peak RSS
+ * pp and tg are the median of r runs, with their min and max.
+ */
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "corral/bench.h"
+#include "corral/cpu.h"
+#include "corral/model.h"
+#include "corral/tensor.h"
+#include "corral/threadpool.h"
+
+/* Tokens before the generated ones in a tg run: generation after a short prompt, as in chat. */
+#define BENCH_TG_PROMPT     8u
+/* The bandwidth buffer is at least this many times the last-level cache, and at least 256 MiB. */
+#define BENCH_BW_LLC_FACTOR 8u
+#define BENCH_BW_MIN_BYTES  (256ull << 20)
+
+typedef struct bench_opts {
+    const char *path;
+    uint32_t threads; /* 0: physical cores */
+    uint32_t n_prompt, n_gen, reps;
+    int json, cold;
+    uint64_t bw_bytes; /* 0: automatic */
+    kv_type kv;
+} bench_opts;
+
+typedef struct bench_spread {
+    double median, min, max;
+} bench_spread;
+
+typedef struct bench_result {
+    model_hparams hp;
+    uint32_t file_type; /* general.file_type, or UINT32_MAX */
+    uint64_t file_bytes, weight_bytes, bytes_per_token;
+    uint32_t threads;
+    bench_spread pp, tg; /* tokens/s */
+    double load_ms_warm, load_ms_cold, cold_resident;
+    uint64_t peak_rss;
+    double bandwidth; /* bytes/s */
+    uint64_t bw_bytes;
+    char cpu_path[32];      /* the engine's kernel table: "avx512+vnni", "scalar", ... */
+    char cpu_features[256]; /* what the CPU reports */
+} bench_result;
+
+static double bench_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v. */
+static bench_spread bench_spread_of(double *v, uint32_t n) {
+    qsort(v, n, sizeof *v, bench_cmp_double);
+    double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return (bench_spread){median, v[0], v[n - 1]};
+}
+
+static int32_t bench_argmax(const float *x, uint32_t n) {
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (int32_t)best;
+}
+
+/* Drop the model file from the page cache so that the next load reads it from disk. Returns the
+ * fraction of its pages still resident afterwards (mapped elsewhere, or dirty), or -1. */
+static double bench_drop_cache(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    double resident = -1;
+    struct stat st;
+    fdatasync(fd); /* dirty pages cannot be dropped: write them first */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        long page = sysconf(_SC_PAGESIZE);
+        size_t n_pages = ((size_t)st.st_size + (size_t)page - 1) / (size_t)page;
+        unsigned char *vec = malloc(n_pages);
+        if (map != MAP_FAILED && vec && mincore(map, (size_t)st.st_size, vec) == 0) {
+            size_t in = 0;
+            for (size_t i = 0; i < n_pages; i++) in += vec[i] & 1;
+            resident = (double)in / (double)n_pages;
+        }
+        free(vec);
+        if (map != MAP_FAILED) munmap(map, (size_t)st.st_size);
+    }
+    close(fd);
+    return resident;
+}
+
+/* Load the model and compute one token's logits: the time a user waits for the first token.
+ * Returns the loaded model (caller owns it) and the time in *ms. */
+static model *bench_load_first_token(const char *path, threadpool *pool, kv_type kvt, double *ms,
+                                     corral_error *err) {
+    double t0 = bench_now();
+    model *m = model_load(path, NULL, err);
+    if (!m) return NULL;
+    const model_hparams *hp = model_get_hparams(m);
+    kv_cache *kv = kv_cache_new(m, hp->n_ctx_train < 16 ? hp->n_ctx_train : 16, kvt, err);
+    model_runner *r = kv ? model_runner_new(m, 1, pool, err) : NULL;
+    float *logits = r ? malloc((size_t)hp->n_vocab * sizeof *logits) : NULL;
+    int32_t bos = tok_special_id(model_get_tokenizer(m), TOK_SPECIAL_BOS);
+    if (bos < 0) bos = 0;
+    bool ok = logits && model_forward(r, kv, &bos, 1, MODEL_LOGITS_LAST, logits, err) == CORRAL_OK;
+    if (ok) (void)bench_argmax(logits, hp->n_vocab);
+    *ms = (bench_now() - t0) * 1e3;
+    if (r && !logits) corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    free(logits);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    if (!ok) model_destroy(&m);
+    return m;
+}
+
+/* Bytes one generated token reads: every weight once — except an untied token_embd, of which a
+ * token reads one row — plus the keys and values of `positions` earlier positions. */
+static uint64_t bench_bytes_per_token(const model *m, kv_type kvt, double positions) {
+    const model_hparams *hp = model_get_hparams(m);
+    uint64_t bytes = model_weight_bytes(m);
+    const gguf_tensor *embd = gguf_find_tensor(model_get_gguf(m), "token_embd.weight");
+    if (embd && !hp->tied_output && embd->ne[1] > 0)
+        bytes -= embd->size - embd->size / (uint64_t)embd->ne[1];
+    const double kv_row =
+        2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * (kvt == KV_TYPE_F16 ? 2.0 : 4.0);
+    return bytes + (uint64_t)(kv_row * positions);
+}
+
+/* ---- the measurements ------------------------------------------------------------------------ */
+
+/* Deterministic token ids spread over the vocabulary. */
+static void bench_fill_tokens(int32_t *ids, uint32_t n, uint32_t n_vocab) {
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (uint32_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids[i] = (int32_t)(x % n_vocab);
+    }
+}
+
+static int bench_run(const bench_opts *o, bench_result *res) {
+    corral_error err = {0};
+    int rc = 1;
+    model *m = NULL;
+    kv_cache *kv = NULL;
+    model_runner *r = NULL;
+    float *logits = NULL;
+    int32_t *ids = NULL;
+    double *times = NULL;
+    threadpool *pool = threadpool_new(o->threads, &err);
+    if (!pool) return cli_fail("bench", "%s", err.message);
+    res->threads = threadpool_n_threads(pool);
+    res->load_ms_cold = -1;
+    res->cold_resident = -1;
+
+    struct stat st;
+    if (stat(o->path, &st) != 0) {
+        cli_fail("bench", "%s: cannot read the model file", o->path);
+        goto done;
+    }
+    res->file_bytes = (uint64_t)st.st_size;
+    /* Cold first: no mapping of the file may exist in this process when its pages are dropped. */
+    if (o->cold) {
+        res->cold_resident = bench_drop_cache(o->path);
+        m = bench_load_first_token(o->path, pool, o->kv, &res->load_ms_cold, &err);
+        if (!m) {
+            cli_fail("bench", "%s", err.message);
+            goto done;
+        }
+        model_destroy(&m);
+    }
+    m = bench_load_first_token(o->path, pool, o->kv, &res->load_ms_warm, &err);
+    if (!m) {
+        cli_fail("bench", "%s", err.message);
+        goto done;
+    }
+    res->hp = *model_get_hparams(m);
+    res->file_type = UINT32_MAX;
+    gguf_get_u32(model_get_gguf(m), "general.file_type", &res->file_type, NULL);
+    res->weight_bytes = model_weight_bytes(m);
+    const uint32_t n_vocab = res->hp.n_vocab;
+
+    const uint32_t tg_len = o->n_gen ? BENCH_TG_PROMPT + o->n_gen : 0;
+    const uint32_t n_ctx = o->n_prompt > tg_len ? o->n_prompt : tg_len;
+    if (n_ctx > res->hp.n_ctx_train) {
+        cli_fail("bench", "%u positions are needed but %s has a context of %u tokens", n_ctx,
+                 o->path, res->hp.n_ctx_train);
+        goto done;
+    }
+    const uint32_t max_batch = o->n_prompt > 512 ? 512 : o->n_prompt > 0 ? o->n_prompt : 8;
+    kv = kv_cache_new(m, n_ctx > 0 ? n_ctx : 1, o->kv, &err);
+    r = kv ? model_runner_new(m, max_batch, pool, &err) : NULL;
+    if (!r) {
+        cli_fail("bench", "%s", err.message);
+        goto done;
+    }
+    logits = malloc((size_t)n_vocab * sizeof *logits);
+    ids = malloc((size_t)(n_ctx > 0 ? n_ctx : 1) * sizeof *ids);
+    times = malloc((size_t)o->reps * sizeof *times);
+    if (!logits || !ids || !times) {
+        cli_fail("bench", "out of memory");
+        goto done;
+    }
+    bench_fill_tokens(ids, n_ctx > 0 ? n_ctx : 1, n_vocab);
+
+    if (o->n_prompt > 0) {
+        /* A short untimed pass first, so the runner's scratch is touched. */
+        uint32_t warm = o->n_prompt < 16 ? o->n_prompt : 16;
+        if (model_forward(r, kv, ids, warm, MODEL_LOGITS_LAST, logits, &err) != CORRAL_OK) {
+            cli_fail("bench", "%s", err.message);
+            goto done;
+        }
+        for (uint32_t i = 0; i < o->reps; i++) {
+            kv_cache_truncate(kv, 0);
+            double t0 = bench_now();
+            if (model_forward(r, kv, ids, o->n_prompt, MODEL_LOGITS_LAST, logits, &err)) {
+                cli_fail("bench", "%s", err.message);
+                goto done;
+            }
+            times[i] = o->n_prompt / (bench_now() - t0);
+        }
+        res->pp = bench_spread_of(times, o->reps);
+    }
+    if (o->n_gen > 0) {
+        for (uint32_t i = 0; i < o->reps; i++) {
+            kv_cache_truncate(kv, 0);
+            if (model_forward(r, kv, ids, BENCH_TG_PROMPT, MODEL_LOGITS_LAST, logits, &err)) {
+                cli_fail("bench", "%s", err.message);
+                goto done;
+            }
+            int32_t tok = bench_argmax(logits, n_vocab);
+            double t0 = bench_now();
+            for (uint32_t k = 0; k < o->n_gen; k++) {
+                if (model_forward(r, kv, &tok, 1, MODEL_LOGITS_LAST, logits, &err)) {
+                    cli_fail("bench", "%s", err.message);
+                    goto done;
+                }
+                tok = bench_argmax(logits, n_vocab);
+            }
+            times[i] = o->n_gen / (bench_now() - t0);
+        }
+        res->tg = bench_spread_of(times, o->reps);
+    }
+    /* Generated token k (0-based) attends to BENCH_TG_PROMPT + k + 1 positions. */
+    const double avg_positions =
+        o->n_gen ? BENCH_TG_PROMPT + 0.5 * (double)(o->n_gen + 1) : (double)BENCH_TG_PROMPT;
+    res->bytes_per_token = bench_bytes_per_token(m, o->kv, avg_positions);
+    res->peak_rss = bench_peak_rss_bytes();
+
+    uint64_t bw_bytes = o->bw_bytes;
+    if (bw_bytes == 0) {
+        bw_bytes = BENCH_BW_LLC_FACTOR * bench_llc_bytes();
+        if (bw_bytes < BENCH_BW_MIN_BYTES) bw_bytes = BENCH_BW_MIN_BYTES;
+    }
+    res->bw_bytes = bw_bytes;
+    res->bandwidth = bench_memory_bandwidth(pool, bw_bytes);
+    if (res->bandwidth < 0) {
+        cli_fail("bench", "cannot allocate %" PRIu64 " MiB for the bandwidth test", bw_bytes >> 20);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(times);
+    free(ids);
+    free(logits);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    model_destroy(&m);
+    threadpool_destroy(&pool);
+    return rc;
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+
+/* A JSON string literal of s. */
+static void bench_json_str(FILE *out, const char *s) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* A JSON number, or null for "not measured" (negative). */
+static void bench_json_num(FILE *out, const char *key, double v, int last) {
+    fprintf(out, "  \"%s\": ", key);
+    if (v < 0)
+        fprintf(out, "null");
+    else
+        fprintf(out, "%.6g", v);
+    fprintf(out, last ? "\n" : ",\n");
+}
+
+static double bench_ceiling(const bench_result *res) {
+    if (res->bandwidth <= 0 || res->bytes_per_token == 0 || res->tg.median <= 0) return -1;
+    return res->tg.median / (res->bandwidth / (double)res->bytes_per_token);
+}
+
+static void bench_print_json(FILE *out, const bench_opts *o, const bench_result *res) {
+    fprintf(out, "{\n  \"model\": ");
+    bench_json_str(out, o->path);
+    fprintf(out, ",\n  \"arch\": ");
+    bench_json_str(out, res->hp.arch);
+    fprintf(out, ",\n  \"file_type\": %" PRId64 ",\n",
+            res->file_type == UINT32_MAX ? (int64_t)-1 : res->file_type);
+    fprintf(out, "  \"file_bytes\": %" PRIu64 ",\n  \"weight_bytes\": %" PRIu64 ",\n",
+            res->file_bytes, res->weight_bytes);
+    fprintf(out, "  \"threads\": %u,\n  \"n_prompt\": %u,\n  \"n_gen\": %u,\n  \"reps\": %u,\n",
+            res->threads, o->n_prompt, o->n_gen, o->reps);
+    fprintf(out, "  \"kv_type\": \"%s\",\n", o->kv == KV_TYPE_F16 ? "f16" : "f32");
+    /* -1 prints as null: the phase was skipped. */
+    const bench_spread none = {-1, -1, -1};
+    const bench_spread pp = o->n_prompt ? res->pp : none, tg = o->n_gen ? res->tg : none;
+    bench_json_num(out, "pp_tok_s", pp.median, 0);
+    bench_json_num(out, "pp_tok_s_min", pp.min, 0);
+    bench_json_num(out, "pp_tok_s_max", pp.max, 0);
+    bench_json_num(out, "tg_tok_s", tg.median, 0);
+    bench_json_num(out, "tg_tok_s_min", tg.min, 0);
+    bench_json_num(out, "tg_tok_s_max", tg.max, 0);
+    fprintf(out, "  \"bytes_per_token\": %" PRIu64 ",\n", res->bytes_per_token);
+    bench_json_num(out, "bandwidth_gb_s", res->bandwidth * 1e-9, 0);
+    fprintf(out, "  \"bandwidth_buffer_bytes\": %" PRIu64 ",\n", res->bw_bytes);
+    bench_json_num(out, "ceiling_fraction", bench_ceiling(res), 0);
+    bench_json_num(out, "load_ms_warm", res->load_ms_warm, 0);
+    bench_json_num(out, "load_ms_cold", res->load_ms_cold, 0);
+    bench_json_num(out, "cold_resident_fraction", res->cold_resident, 0);
+    fprintf(out, "  \"peak_rss_bytes\": %" PRIu64 ",\n  \"cpu_path\": ", res->peak_rss);
+    bench_json_str(out, res->cpu_path);
+    fprintf(out, ",\n  \"cpu_features\": ");
+    bench_json_str(out, res->cpu_features);
+    fprintf(out, "\n}\n");
+}
+
+static void bench_print_human(FILE *out, const bench_opts *o, const bench_result *res) {
+    const model_hparams *hp = &res->hp;
+    fprintf(out, "model      %s\n", o->path);
+    fprintf(out,
+            "           %s, %u layers x %u, vocab %u, file_type %d, %.1f MiB file, %.1f MiB "
+            "weights\n",
+            hp->arch, hp->n_layer, hp->n_embd, hp->n_vocab,
+            res->file_type == UINT32_MAX ? -1 : (int)res->file_type,
+            (double)res->file_bytes / 1048576.0, (double)res->weight_bytes / 1048576.0);
+    fprintf(out, "threads    %u   kernels: %s   kv: %s\ncpu        %s\n", res->threads,
+            res->cpu_path, o->kv == KV_TYPE_F16 ? "f16" : "f32", res->cpu_features);
+    if (o->n_prompt)
+        fprintf(out, "pp%-6u   %9.2f tok/s   (min %.2f, max %.2f over %u runs)\n", o->n_prompt,
+                res->pp.median, res->pp.min, res->pp.max, o->reps);
+    if (o->n_gen)
+        fprintf(out, "tg%-6u   %9.2f tok/s   (min %.2f, max %.2f over %u runs)\n", o->n_gen,
+                res->tg.median, res->tg.min, res->tg.max, o->reps);
+    fprintf(out, "bytes/tok  %.1f MiB (weights read per token + KV at the average position)\n",
+            (double)res->bytes_per_token / 1048576.0);
+    fprintf(out,
+            "bandwidth  %.2f GB/s (streaming read of %" PRIu64 " MiB, %u threads, best of %d)\n",
+            res->bandwidth * 1e-9, res->bw_bytes >> 20, res->threads, BENCH_BANDWIDTH_PASSES);
+    double c = bench_ceiling(res);
+    if (c >= 0)
+        fprintf(out, "ceiling    %.1f%% of bandwidth / bytes_per_token = %.2f tok/s\n", 100.0 * c,
+                res->bandwidth / (double)res->bytes_per_token);
+    fprintf(out, "load       %.1f ms warm", res->load_ms_warm);
+    if (res->load_ms_cold >= 0) {
+        fprintf(out, ", %.1f ms cold", res->load_ms_cold);
+        if (res->cold_resident >= 0)
+            fprintf(out, " (%.0f%% of the file stayed cached)", 100.0 * res->cold_resident);
+    }
+    fprintf(out, " (load + first token)\npeak RSS   %.1f MiB\n", (double)res->peak_rss / 1048576.0);
+}
+
+/* ---- command line ---------------------------------------------------------------------------- */
+
+static void bench_usage(FILE *out) {
+    fprintf(out,
+            "usage: corral bench MODEL.gguf [options]\n"
+            "\n"
+            "Measure prompt processing (pp) and generation (tg) speed, load time, peak memory and\n"
+            "this machine's memory bandwidth, and how close generation comes to the bandwidth\n"
+            "ceiling (bandwidth / bytes read per token).\n"
+            "\n"
+            "options:\n"
+            "  -t, --threads N   threads (default: physical cores)\n"
+            "  -p, --prompt N    prompt tokens for pp (default 512; 0 = skip)\n"
+            "  -n, --gen N       generated tokens for tg (default 128; 0 = skip)\n"
+            "  -r, --reps N      runs of each, median reported (default 5)\n"
+            "      --json        print one JSON object instead of text\n"
+            "      --no-cold     skip the cold-cache load\n"
+            "      --bw-mib N    bandwidth buffer size (default: 8 x LLC, at least 256)\n"
+            "      --kv f16|f32  KV cache type (default f16)\n");
+}
+
+int cmd_bench(int argc, char **argv) {
+    enum { OPT_JSON = 256, OPT_NO_COLD, OPT_BW, OPT_KV, OPT_HELP };
+    static const struct option options[] = {
+        {"threads", required_argument, NULL, 't'},   {"prompt", required_argument, NULL, 'p'},
+        {"gen", required_argument, NULL, 'n'},       {"reps", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, OPT_JSON},       {"no-cold", no_argument, NULL, OPT_NO_COLD},
+        {"bw-mib", required_argument, NULL, OPT_BW}, {"kv", required_argument, NULL, OPT_KV},
+        {"help", no_argument, NULL, OPT_HELP},       {NULL, 0, NULL, 0},
+    };
+    bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .cold = 1, .kv = KV_TYPE_F16};
+    long v;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "t:p:n:r:", options, NULL)) != -1) {
+        switch (c) {
+            case 't':
+                if (cli_parse_long(optarg, 1, THREADPOOL_MAX_THREADS, &v))
+                    return cli_fail("bench", "-t: '%s' is not in 1..%u", optarg,
+                                    THREADPOOL_MAX_THREADS),
+                           2;
+                o.threads = (uint32_t)v;
+                break;
+            case 'p':
+                if (cli_parse_long(optarg, 0, 1 << 20, &v))
+                    return cli_fail("bench", "-p: '%s' is not a token count", optarg), 2;
+                o.n_prompt = (uint32_t)v;
+                break;
+            case 'n':
+                if (cli_parse_long(optarg, 0, 1 << 20, &v))
+                    return cli_fail("bench", "-n: '%s' is not a token count", optarg), 2;
+                o.n_gen = (uint32_t)v;
+                break;
+            case 'r':
+                if (cli_parse_long(optarg, 1, 1000, &v))
+                    return cli_fail("bench", "-r: '%s' is not in 1..1000", optarg), 2;
+                o.reps = (uint32_t)v;
+                break;
+            case OPT_JSON:
+                o.json = 1;
+                break;
+            case OPT_NO_COLD:
+                o.cold = 0;
+                break;
+            case OPT_BW:
+                if (cli_parse_long(optarg, 1, 1 << 20, &v))
+                    return cli_fail("bench", "--bw-mib: '%s' is not in 1..1048576", optarg), 2;
+                o.bw_bytes = (uint64_t)v << 20;
+                break;
+            case OPT_KV:
+                if (strcmp(optarg, "f16") == 0)
+                    o.kv = KV_TYPE_F16;
+                else if (strcmp(optarg, "f32") == 0)
+                    o.kv = KV_TYPE_F32;
+                else
+                    return cli_fail("bench", "--kv: '%s' is not f16 or f32", optarg), 2;
+                break;
+            case OPT_HELP:
+                bench_usage(stdout);
+                return 0;
+            default:
+                bench_usage(stderr);
+                return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        bench_usage(stderr);
+        return 2;
+    }
+    o.path = argv[optind];
+    if (o.n_prompt == 0 && o.n_gen == 0) return cli_fail("bench", "-p and -n are both 0"), 2;
+
+    bench_result res = {0};
+    cpu_format_features(cpu_detect_features(), res.cpu_features, sizeof res.cpu_features);
+    corral_error err = {0};
+    const char *path = bench_kernel_path(&err);
+    if (!path) return cli_fail("bench", "%s", err.message);
+    snprintf(res.cpu_path, sizeof res.cpu_path, "%s", path);
+    int rc = bench_run(&o, &res);
+    if (rc != 0) return rc;
+    if (o.json)
+        bench_print_json(stdout, &o, &res);
+    else
+        bench_print_human(stdout, &o, &res);
+    return 0;
+}

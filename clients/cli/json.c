@@ -1,0 +1,171 @@
+/*
+ * json.c — the CLI's JSON writer (see json.h): separators from a per-level "has items" flag,
+ * and string escaping that validates UTF-8 as it goes.
+ */
+#include "json.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+void json_writer_init(json_writer *w, FILE *out) {
+    memset(w, 0, sizeof *w);
+    w->out = out;
+}
+
+/* Write the comma that separates this value from the previous one, unless it follows a key. */
+static void json_before_value(json_writer *w) {
+    if (w->after_key) {
+        w->after_key = false;
+        return;
+    }
+    if (w->depth > 0) {
+        if (w->has_items[w->depth - 1]) fputc(',', w->out);
+        w->has_items[w->depth - 1] = true;
+    }
+}
+
+static void json_open(json_writer *w, char c) {
+    json_before_value(w);
+    assert(w->depth < JSON_DEPTH_MAX);
+    fputc(c, w->out);
+    w->has_items[w->depth++] = false;
+}
+
+static void json_close(json_writer *w, char c) {
+    assert(w->depth > 0 && !w->after_key);
+    w->depth--;
+    fputc(c, w->out);
+}
+
+void json_begin_object(json_writer *w) {
+    json_open(w, '{');
+}
+
+void json_end_object(json_writer *w) {
+    json_close(w, '}');
+}
+
+void json_begin_array(json_writer *w) {
+    json_open(w, '[');
+}
+
+void json_end_array(json_writer *w) {
+    json_close(w, ']');
+}
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if the bytes there are not one. Rejects
+ * overlong forms, surrogates and values past U+10FFFF, as RFC 3629 does. */
+static size_t utf8_sequence_length(const unsigned char *s) {
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+        n = 2;
+        cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3;
+        cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    static const uint32_t min_for_length[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_for_length[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+}
+
+static void json_write_escaped(FILE *out, const char *text) {
+    fputc('"', out);
+    const unsigned char *s = (const unsigned char *)text;
+    while (*s) {
+        unsigned char c = *s;
+        if (c == '"' || c == '\\') {
+            fputc('\\', out);
+            fputc(c, out);
+            s++;
+        } else if (c < 0x20) {
+            switch (c) {
+                case '\n':
+                    fputs("\\n", out);
+                    break;
+                case '\r':
+                    fputs("\\r", out);
+                    break;
+                case '\t':
+                    fputs("\\t", out);
+                    break;
+                default:
+                    fprintf(out, "\\u%04x", c);
+                    break;
+            }
+            s++;
+        } else {
+            size_t n = utf8_sequence_length(s);
+            if (n == 0) {
+                fputs("\\ufffd", out);
+                s++;
+            } else {
+                fwrite(s, 1, n, out);
+                s += n;
+            }
+        }
+    }
+    fputc('"', out);
+}
+
+void json_key(json_writer *w, const char *key) {
+    assert(w->depth > 0 && !w->after_key);
+    json_before_value(w);
+    json_write_escaped(w->out, key);
+    fputc(':', w->out);
+    w->after_key = true;
+}
+
+void json_string(json_writer *w, const char *s) {
+    json_before_value(w);
+    if (s)
+        json_write_escaped(w->out, s);
+    else
+        fputs("null", w->out);
+}
+
+void json_uint(json_writer *w, uint64_t v) {
+    json_before_value(w);
+    fprintf(w->out, "%" PRIu64, v);
+}
+
+void json_int(json_writer *w, int64_t v) {
+    json_before_value(w);
+    fprintf(w->out, "%" PRId64, v);
+}
+
+void json_double(json_writer *w, double v) {
+    json_before_value(w);
+    if (isfinite(v))
+        fprintf(w->out, "%.17g", v);
+    else
+        fputs("null", w->out);
+}
+
+void json_bool(json_writer *w, bool v) {
+    json_before_value(w);
+    fputs(v ? "true" : "false", w->out);
+}
+
+void json_null(json_writer *w) {
+    json_before_value(w);
+    fputs("null", w->out);
+}
+
+void json_finish(json_writer *w) {
+    fputc('\n', w->out);
+}

@@ -1,0 +1,39 @@
+/*
+ * bench.h — what `corral bench` measures about the machine rather than the model: the kernel path
+ * the engine runs, the memory read bandwidth, the last-level cache and the peak resident memory.
+ *
+ * Decoding reads every weight once per token, so tokens/s is bounded by bandwidth / bytes read per
+ * token; measuring the bandwidth in the same run, with the same threads, turns a tokens/s figure
+ * into a fraction of what the machine allows, which compares across machines.
+ */
+#ifndef CORRAL_BENCH_H
+#define CORRAL_BENCH_H
+
+#include <stdint.h>
+
+#include "corral/status.h"
+#include "corral/threadpool.h"
+
+/* Passes of bench_memory_bandwidth; the best counts (the others absorb page faults, frequency
+ * ramps and neighbours' noise). */
+#define BENCH_BANDWIDTH_PASSES 5
+
+/* The name of the kernel table the engine's forward pass uses in this process ("scalar", "avx2",
+ * "avx2+vnni", "avx512", "avx512+vnni"), as chosen from the CPU and CORRAL_CPU. NULL with err
+ * filled when CORRAL_CPU names a path this CPU cannot run. Static string; thread-safe. */
+const char *bench_kernel_path(corral_error *err);
+
+/* Best read bandwidth in bytes/s of BENCH_BANDWIDTH_PASSES streaming reads of a `bytes`-byte
+ * buffer split over the pool's threads (NULL: the calling thread alone). The buffer is written
+ * once first, by the threads that then read it. Allocates and frees the buffer; returns -1 when
+ * it cannot be allocated. Uses the pool for one run at a time (see threadpool.h). */
+double bench_memory_bandwidth(threadpool *pool, uint64_t bytes);
+
+/* Size of the largest CPU cache (the last level) in bytes from sysfs, 0 when unknown. */
+uint64_t bench_llc_bytes(void);
+
+/* Peak resident set size of this process (VmHWM of /proc/self/status) in bytes, 0 when unknown.
+ * File-backed pages count: a mapped model's weights are in it once touched. */
+uint64_t bench_peak_rss_bytes(void);
+
+#endif /* CORRAL_BENCH_H */

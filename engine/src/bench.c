@@ -1,0 +1,103 @@
+/*
+ * bench.c — machine measurements for `corral bench` (contract in corral/bench.h).
+ *
+ * The bandwidth read is deliberately plain C: eight independent 64-bit sums per 64-byte line keep
+ * the loop bound by loads rather than by an add chain, and even scalar loads at two per cycle
+ * outrun the memory bandwidth a core gets, so no SIMD is needed to saturate it.
+ */
+#include "corral/bench.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kernels.h"
+
+const char *bench_kernel_path(corral_error *err) {
+    const kernel_ops *k = kernels_get(err);
+    return k ? k->name : NULL;
+}
+
+typedef struct bench_bw_job {
+    uint64_t *buf;
+    size_t n_lines; /* 64-byte lines */
+    int write;
+    uint64_t sink[THREADPOOL_MAX_THREADS * 8]; /* one cache line per thread: no false sharing */
+} bench_bw_job;
+
+static void bench_bw_run(void *arg, uint32_t ith, uint32_t nth) {
+    bench_bw_job *job = arg;
+    const size_t l0 = job->n_lines * ith / nth, l1 = job->n_lines * (ith + 1) / nth;
+    uint64_t *p = job->buf + l0 * 8, *end = job->buf + l1 * 8;
+    if (job->write) {
+        for (uint64_t *q = p; q < end; q++) *q = (uint64_t)(q - job->buf);
+        return;
+    }
+    uint64_t s[8] = {0};
+    for (; p < end; p += 8)
+        for (int k = 0; k < 8; k++) s[k] += p[k];
+    /* Stored, so the compiler cannot drop the reads. */
+    job->sink[ith * 8] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+static double bench_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double bench_memory_bandwidth(threadpool *pool, uint64_t bytes) {
+    if (bytes < 64 || bytes > SIZE_MAX) return -1;
+    bench_bw_job *job = calloc(1, sizeof *job);
+    void *buf = NULL;
+    if (!job || posix_memalign(&buf, 4096, (size_t)bytes) != 0) {
+        free(job);
+        return -1;
+    }
+    job->buf = buf;
+    job->n_lines = (size_t)bytes / 64;
+    /* Writing first faults the pages in on the threads that will read them. */
+    job->write = 1;
+    threadpool_run(pool, bench_bw_run, job);
+    job->write = 0;
+    double best = 0;
+    for (int pass = 0; pass < BENCH_BANDWIDTH_PASSES; pass++) {
+        double t0 = bench_seconds();
+        threadpool_run(pool, bench_bw_run, job);
+        double bw = (double)job->n_lines * 64.0 / (bench_seconds() - t0);
+        if (bw > best) best = bw;
+    }
+    free(buf);
+    free(job);
+    return best;
+}
+
+uint64_t bench_llc_bytes(void) {
+    uint64_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], text[32];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long long v = 0;
+        char unit = 0;
+        if (fgets(text, sizeof text, f) && sscanf(text, "%llu%c", &v, &unit) >= 1) {
+            uint64_t b = v * (unit == 'K' ? 1024ull : unit == 'M' ? 1048576ull : 1ull);
+            if (b > best) best = b;
+        }
+        fclose(f);
+    }
+    return best;
+}
+
+uint64_t bench_peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %" SCNu64 " kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}

@@ -1,0 +1,256 @@
+/*
+ * kernels.c — the kernel tables of every path, the choice among them, and the scalar twins of
+ * the attention loops.
+ *
+ * Every table starts as a copy of the scalar one (the reference kernels of the tensor trait table
+ * and ops.c); a SIMD path then overwrites the entries it implements. So a kernel a path has not
+ * (yet) specialised is still there, the scalar one, and the tables are always complete.
+ *
+ * The tables are plain data built once (pthread_once) on first use; the path choice is made once
+ * too, so that CORRAL_CPU is read at one moment and every model in the process computes the same
+ * way.
+ */
+#include "kernels.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "corral/log.h"
+#include "ops.h"
+
+/* The attention twins must not fuse y + a * x (the SIMD kernels match them bit for bit); GCC
+ * never contracts in ISO C mode, Clang needs telling. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* Variants: scalar, then each SIMD path without and with VNNI. */
+enum {
+    VARIANT_SCALAR,
+    VARIANT_AVX2,
+    VARIANT_AVX2_VNNI,
+    VARIANT_AVX512,
+    VARIANT_AVX512_VNNI,
+    VARIANT_COUNT
+};
+
+static kernel_ops kernel_tables[VARIANT_COUNT];
+static pthread_once_t kernel_tables_once = PTHREAD_ONCE_INIT;
+
+static const char *const kernel_path_names[KERNEL_PATH_COUNT] = {
+    [KERNEL_PATH_SCALAR] = "scalar",
+    [KERNEL_PATH_AVX2] = "avx2",
+    [KERNEL_PATH_AVX512] = "avx512",
+};
+
+#define FEATURE(name) ((cpu_features)1u << CPU_FEATURE_##name)
+
+/* ---- scalar twins of the attention loops ----------------------------------------------------- */
+
+/* A plain left-to-right float sum: the loop the forward pass ran before there were paths. */
+float kernels__dot_f32_scalar(const float *restrict a, const float *restrict b, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+float kernels__dot_f16_scalar(const float *restrict a, const uint16_t *restrict b, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += a[i] * tensor_fp16_to_f32(b[i]);
+    return sum;
+}
+
+void kernels__axpy_f32_scalar(float *restrict y, float a, const float *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void kernels__axpy_f16_scalar(float *restrict y, float a, const uint16_t *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * tensor_fp16_to_f32(x[i]);
+}
+
+/* ---- tables ---------------------------------------------------------------------------------- */
+
+static void kernel_fill_scalar(kernel_ops *o) {
+    *o = (kernel_ops){.path = KERNEL_PATH_SCALAR, .name = "scalar"};
+    for (uint32_t t = 0; t < TENSOR_TYPE_COUNT; t++) {
+        const tensor_type_traits *tt = tensor_type_get_traits(t);
+        if (!tt) continue;
+        o->type[t] = (kernel_type_ops){
+            .to_float = tt->to_float, .from_float = tt->from_float, .vec_dot = tt->vec_dot};
+    }
+    o->attn_dot_f32 = kernels__dot_f32_scalar;
+    o->attn_dot_f16 = kernels__dot_f16_scalar;
+    o->attn_axpy_f32 = kernels__axpy_f32_scalar;
+    o->attn_axpy_f16 = kernels__axpy_f16_scalar;
+    o->rms_norm = ops_rms_norm;
+    o->swiglu = ops_swiglu;
+    o->softmax = ops_softmax;
+}
+
+static void kernel_tables_build(void) {
+    kernel_fill_scalar(&kernel_tables[VARIANT_SCALAR]);
+#if defined(__x86_64__)
+    static const struct {
+        int variant;
+        kernel_path path;
+        bool vnni;
+        const char *name;
+        void (*fill)(kernel_ops *);
+    } simd[] = {
+        {VARIANT_AVX2, KERNEL_PATH_AVX2, false, "avx2", kernels__fill_avx2},
+        {VARIANT_AVX2_VNNI, KERNEL_PATH_AVX2, true, "avx2+vnni", kernels__fill_avx2_vnni},
+        {VARIANT_AVX512, KERNEL_PATH_AVX512, false, "avx512", kernels__fill_avx512},
+        {VARIANT_AVX512_VNNI, KERNEL_PATH_AVX512, true, "avx512+vnni", kernels__fill_avx512_vnni},
+    };
+    for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++) {
+        kernel_ops *o = &kernel_tables[simd[i].variant];
+        *o = kernel_tables[VARIANT_SCALAR];
+        o->path = simd[i].path;
+        o->vnni = simd[i].vnni;
+        o->name = simd[i].name;
+        simd[i].fill(o);
+    }
+#endif
+}
+
+/* Whether this build has kernels for a path at all. */
+static bool kernel_path_built(kernel_path path) {
+#if defined(__x86_64__)
+    return path >= 0 && path < KERNEL_PATH_COUNT;
+#else
+    return path == KERNEL_PATH_SCALAR;
+#endif
+}
+
+static int kernel_variant_index(kernel_path path, bool vnni) {
+    switch (path) {
+        case KERNEL_PATH_SCALAR:
+            return vnni ? -1 : VARIANT_SCALAR;
+        case KERNEL_PATH_AVX2:
+            return vnni ? VARIANT_AVX2_VNNI : VARIANT_AVX2;
+        case KERNEL_PATH_AVX512:
+            return vnni ? VARIANT_AVX512_VNNI : VARIANT_AVX512;
+        default:
+            return -1;
+    }
+}
+
+cpu_features kernel_path_required_features(kernel_path path) {
+    switch (path) {
+        case KERNEL_PATH_AVX2:
+            return FEATURE(AVX) | FEATURE(AVX2) | FEATURE(FMA) | FEATURE(F16C);
+        case KERNEL_PATH_AVX512:
+            /* The AVX-512 tables keep some 256-bit AVX2 kernels, so they need AVX2 as well
+             * (every AVX-512 CPU has it). */
+            return kernel_path_required_features(KERNEL_PATH_AVX2) | FEATURE(AVX512F) |
+                   FEATURE(AVX512BW) | FEATURE(AVX512VL);
+        default:
+            return 0;
+    }
+}
+
+cpu_features kernel_path_vnni_features(kernel_path path) {
+    switch (path) {
+        case KERNEL_PATH_AVX2:
+            return FEATURE(AVX_VNNI);
+        case KERNEL_PATH_AVX512:
+            return FEATURE(AVX512VNNI);
+        default:
+            return 0;
+    }
+}
+
+const char *kernel_path_name(kernel_path path) {
+    return path >= 0 && path < KERNEL_PATH_COUNT ? kernel_path_names[path] : "unknown";
+}
+
+static bool kernel_path_runs(kernel_path path, cpu_features have) {
+    const cpu_features need = kernel_path_required_features(path);
+    return kernel_path_built(path) && (have & need) == need;
+}
+
+static bool kernel_vnni_runs(kernel_path path, cpu_features have) {
+    const cpu_features need = kernel_path_vnni_features(path);
+    return need != 0 && (have & need) == need;
+}
+
+corral_status kernels_select(const char *request, cpu_features have, kernel_path *path, bool *vnni,
+                             corral_error *err) {
+    if (!request || !*request || strcasecmp(request, "auto") == 0) {
+        kernel_path best = KERNEL_PATH_SCALAR;
+        for (int p = KERNEL_PATH_COUNT - 1; p > KERNEL_PATH_SCALAR; p--) {
+            if (kernel_path_runs((kernel_path)p, have)) {
+                best = (kernel_path)p;
+                break;
+            }
+        }
+        *path = best;
+        *vnni = kernel_vnni_runs(best, have);
+        return CORRAL_OK;
+    }
+    int found = -1;
+    for (int p = 0; p < KERNEL_PATH_COUNT; p++)
+        if (strcasecmp(request, kernel_path_names[p]) == 0) found = p;
+    if (found < 0)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "CORRAL_CPU='%.64s' is not a kernel path (use scalar, avx2, avx512 "
+                                "or auto)",
+                                request);
+    const kernel_path p = (kernel_path)found;
+    if (!kernel_path_built(p))
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "CORRAL_CPU=%s: this build has no %s kernels (not an x86-64 build)",
+                                kernel_path_name(p), kernel_path_name(p));
+    const cpu_features missing = kernel_path_required_features(p) & ~have;
+    if (missing) {
+        char names[256];
+        cpu_format_features(missing, names, sizeof names);
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "CORRAL_CPU=%s: this CPU lacks %s, which the %s kernels need",
+                                kernel_path_name(p), names, kernel_path_name(p));
+    }
+    *path = p;
+    *vnni = kernel_vnni_runs(p, have);
+    return CORRAL_OK;
+}
+
+const kernel_ops *kernels_for_variant(kernel_path path, bool vnni) {
+    const int v = kernel_variant_index(path, vnni);
+    if (v < 0) return NULL;
+    const cpu_features have = cpu_detect_features();
+    if (!kernel_path_runs(path, have) || (vnni && !kernel_vnni_runs(path, have))) return NULL;
+    pthread_once(&kernel_tables_once, kernel_tables_build);
+    return &kernel_tables[v];
+}
+
+const kernel_ops *kernels_for_path(kernel_path path) {
+    if (path < 0 || path >= KERNEL_PATH_COUNT) return NULL;
+    return kernels_for_variant(path, kernel_vnni_runs(path, cpu_detect_features()));
+}
+
+/* ---- the process-wide choice ----------------------------------------------------------------- */
+
+static pthread_once_t kernel_choice_once = PTHREAD_ONCE_INIT;
+static const kernel_ops *kernel_choice;
+static corral_error kernel_choice_error;
+
+static void kernel_choose(void) {
+    const char *request = getenv("CORRAL_CPU");
+    kernel_path path;
+    bool vnni;
+    if (kernels_select(request, cpu_detect_features(), &path, &vnni, &kernel_choice_error) !=
+        CORRAL_OK) {
+        log_debug("no kernels", LOG_STR("reason", kernel_choice_error.message));
+        return;
+    }
+    kernel_choice = kernels_for_variant(path, vnni);
+    log_debug("kernels chosen", LOG_STR("path", kernel_choice->name),
+              LOG_STR("CORRAL_CPU", request ? request : ""));
+}
+
+const kernel_ops *kernels_get(corral_error *err) {
+    pthread_once(&kernel_choice_once, kernel_choose);
+    if (!kernel_choice && err) *err = kernel_choice_error;
+    return kernel_choice;
+}

@@ -1,0 +1,747 @@
+/*
+ * test_scheduler.c — black-box tests of corrald's serving rules over raw ZeroMQ + protobuf:
+ * priorities and preemption, cancellation, clients that vanish or stop reading, deadlines, queue
+ * limits, sessions, bad input of every kind, configuration reload and shutdown.
+ *
+ * The tests speak the protocol directly (no client library), so that they pin down the daemon's
+ * behaviour on the wire, including for clients that misbehave on purpose.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "corral.pb-c.h"
+#include "daemon_harness.h"
+#include "testutil.h"
+
+/* ---- a raw client ------------------------------------------------------------------------------ */
+
+typedef struct raw {
+    void *ctx, *sock;
+} raw;
+
+static void raw_open(raw *r, const char *endpoint) {
+    r->ctx = zmq_ctx_new();
+    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_connect(r->sock, endpoint), 0);
+}
+
+static void raw_close(raw *r) {
+    zmq_close(r->sock);
+    zmq_ctx_term(r->ctx);
+}
+
+static void raw_send(raw *r, Corral__V1__Request *req) {
+    size_t len = corral__v1__request__get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    corral__v1__request__pack(req, buf);
+    ck_assert_int_ge(zmq_send(r->sock, buf, len, 0), 0);
+    free(buf);
+}
+
+/* The next Response, or NULL after timeout_ms. Caller frees with free_unpacked. */
+static Corral__V1__Response *raw_recv(raw *r, int timeout_ms) {
+    zmq_pollitem_t it = {.socket = r->sock, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0) return NULL;
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    ck_assert_int_ge(zmq_msg_recv(&msg, r->sock, 0), 0);
+    Corral__V1__Response *resp =
+        corral__v1__response__unpack(NULL, zmq_msg_size(&msg), zmq_msg_data(&msg));
+    zmq_msg_close(&msg);
+    ck_assert_ptr_nonnull(resp);
+    return resp;
+}
+
+/* The next Response like raw_recv, but pinging every 500 ms while waiting, as a live client
+ * must (the daemon cancels the requests of clients silent past limits.peer_timeout_ms). */
+static Corral__V1__Response *raw_recv_live(raw *r, int timeout_ms) {
+    for (int waited = 0; waited < timeout_ms; waited += 500) {
+        Corral__V1__Response *resp = raw_recv(r, 500);
+        if (resp && resp->body_case == CORRAL__V1__RESPONSE__BODY_PONG) {
+            corral__v1__response__free_unpacked(resp, NULL);
+            continue; /* an answer to our own keep-alive */
+        }
+        if (resp) return resp;
+        Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+        Corral__V1__Request req = CORRAL__V1__REQUEST__INIT;
+        req.id = 100000;
+        req.body_case = CORRAL__V1__REQUEST__BODY_PING;
+        req.ping = &ping;
+        uint8_t buf[64];
+        zmq_send(r->sock, buf, corral__v1__request__pack(&req, buf), 0);
+    }
+    return NULL;
+}
+
+/* Wait for the final message (Done or Error) of request id, ignoring others; NULL on timeout. */
+static Corral__V1__Response *raw_final(raw *r, uint64_t id, int timeout_ms) {
+    for (;;) {
+        Corral__V1__Response *resp = raw_recv(r, timeout_ms);
+        if (!resp) return NULL;
+        if (resp->id == id && (resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE ||
+                               resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR ||
+                               resp->body_case == CORRAL__V1__RESPONSE__BODY_ACK ||
+                               resp->body_case == CORRAL__V1__RESPONSE__BODY_STATUS))
+            return resp;
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+}
+
+typedef struct gen_opts {
+    const char *model, *prompt, *session, *app;
+    uint32_t max_tokens;
+    float temperature;
+    bool has_temperature;
+    int priority;
+    bool stream;
+    uint32_t deadline_ms;
+    float top_p;
+    bool has_top_p;
+    bool has_max_tokens;
+} gen_opts;
+
+static void send_generate(raw *r, uint64_t id, const gen_opts *o) {
+    Corral__V1__Generate g = CORRAL__V1__GENERATE__INIT;
+    g.model = (char *)o->model;
+    g.prompt = (char *)(o->prompt ? o->prompt : "Once upon a time");
+    Corral__V1__UInt32Value mt = CORRAL__V1__UINT32_VALUE__INIT;
+    mt.value = o->max_tokens;
+    if (o->has_max_tokens || o->max_tokens) g.max_tokens = &mt;
+    Corral__V1__FloatValue temp = CORRAL__V1__FLOAT_VALUE__INIT;
+    temp.value = o->temperature;
+    if (o->has_temperature) g.temperature = &temp;
+    Corral__V1__FloatValue top_p = CORRAL__V1__FLOAT_VALUE__INIT;
+    top_p.value = o->top_p;
+    if (o->has_top_p) g.top_p = &top_p;
+    g.stream = o->stream;
+    g.priority = (Corral__V1__Priority)o->priority;
+    g.session = (char *)(o->session ? o->session : "");
+    g.deadline_ms = o->deadline_ms;
+    Corral__V1__Request req = CORRAL__V1__REQUEST__INIT;
+    req.id = id;
+    req.app = (char *)(o->app ? o->app : "");
+    req.body_case = CORRAL__V1__REQUEST__BODY_GENERATE;
+    req.generate = &g;
+    raw_send(r, &req);
+}
+
+static void send_simple(raw *r, uint64_t id, Corral__V1__Request__BodyCase body, void *msg) {
+    Corral__V1__Request req = CORRAL__V1__REQUEST__INIT;
+    req.id = id;
+    req.body_case = body;
+    /* Every body member of the oneof shares one storage slot. */
+    req.ping = msg;
+    raw_send(r, &req);
+}
+
+static bool daemon_answers_ping(const char *endpoint) {
+    raw r;
+    raw_open(&r, endpoint);
+    Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+    send_simple(&r, 999, CORRAL__V1__REQUEST__BODY_PING, &ping);
+    Corral__V1__Response *resp = raw_recv(&r, 3000);
+    bool ok = resp && resp->body_case == CORRAL__V1__RESPONSE__BODY_PONG;
+    if (resp) corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+    return ok;
+}
+
+/* Status of the daemon: active + queued requests over all models. */
+static uint32_t busy_requests(const char *endpoint) {
+    raw r;
+    raw_open(&r, endpoint);
+    Corral__V1__Status st = CORRAL__V1__STATUS__INIT;
+    send_simple(&r, 77, CORRAL__V1__REQUEST__BODY_STATUS, &st);
+    Corral__V1__Response *resp = raw_final(&r, 77, 3000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_STATUS);
+    uint32_t n = resp->status->daemon->active + resp->status->daemon->queued;
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+    return n;
+}
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the daemon under test --------------------------------------------------------------------- */
+
+static harness_daemon d;
+
+/* A synthetic model big enough that one token takes about a millisecond or more, so that token
+ * steps, not message transport, decide what the preemption test counts. Made once per run with
+ * `corral synth` (deterministic), in /tmp. */
+static const char *slow_model_path(void) {
+    static char path[128];
+    if (path[0]) return path;
+    snprintf(path, sizeof path, "/tmp/corral-test-slow-%d.gguf", (int)getpid());
+    /* Called from main(), before Check runs any test: report failures by hand. */
+    const char *cli = getenv("CORRAL_CLI");
+    if (!cli || !*cli) {
+        fprintf(stderr, "test_scheduler: CORRAL_CLI is not set (run it through ctest)\n");
+        exit(EXIT_FAILURE);
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s' synth --arch llama --n-embd 1024 --n-layer 4 --n-head 8 --n-head-kv 8 "
+             "--n-ff 2816 --n-vocab 512 --n-ctx 512 --type q8_0 -o '%s' >/dev/null",
+             cli, path);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_scheduler: '%s' failed\n", cmd);
+        exit(EXIT_FAILURE);
+    }
+    return path;
+}
+
+static void start_daemon(const char *extra) {
+    char body[16384];
+    snprintf(body, sizeof body,
+             "limits: {peer_timeout_ms: 1500, stall_timeout_ms: 1500, queue_per_model: 12, "
+             "active_per_model: 8}\n"
+             "apps:\n  - name: speaker\n    max_priority: realtime\n"
+             "  - name: notes\n    max_priority: interactive\n"
+             "models:\n"
+             "  - name: stories\n    path: %s\n    context: 512\n"
+             "  - name: stories-q4\n    path: %s\n    context: 128\n"
+             "  - name: synth\n    path: %s\n    context: 512\n%s",
+             test_shared_path("models/stories260K.gguf"),
+             test_shared_path("models/stories260K-q4_0.gguf"),
+             slow_model_path(), extra ? extra : "");
+    ck_assert_int_eq(harness_start(&d, body, NULL, 10000), 0);
+}
+
+static void setup(void) {
+    start_daemon(NULL);
+}
+
+static void teardown(void) {
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 3000), 0);
+}
+
+/* ---- priorities --------------------------------------------------------------------------------- */
+
+START_TEST(test_realtime_preempts_background) {
+    /* "synth" is the slow model: a token step, not message transport, is what the count
+     * measures. */
+    enum { N_BG = 4 };
+    raw bg[N_BG], rt;
+    int tokens_after[N_BG] = {0};
+    for (int i = 0; i < N_BG; i++) {
+        raw_open(&bg[i], d.endpoint);
+        send_generate(&bg[i], 1, &(gen_opts){.model = "synth", .max_tokens = 400,
+                                              .stream = true, .app = "speaker",
+                                              .priority = CORRAL__V1__PRIORITY__PRIORITY_BACKGROUND,
+                                              .has_temperature = true, .temperature = 1.0f});
+    }
+    /* Let every background stream get going. */
+    for (int i = 0; i < N_BG; i++) {
+        Corral__V1__Response *resp = raw_recv(&bg[i], 5000);
+        ck_assert_ptr_nonnull(resp);
+        ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+    /* Drain what arrived so far, then send the realtime request and count background chunks
+     * that arrive until its first token. */
+    for (int i = 0; i < N_BG; i++) {
+        Corral__V1__Response *resp;
+        while ((resp = raw_recv(&bg[i], 0))) corral__v1__response__free_unpacked(resp, NULL);
+    }
+    raw_open(&rt, d.endpoint);
+    send_generate(&rt, 1, &(gen_opts){.model = "synth", .max_tokens = 8, .stream = true,
+                                      .app = "speaker",
+                                      .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME,
+                                      .has_temperature = true});
+    Corral__V1__Response *first = raw_recv(&rt, 5000);
+    ck_assert_ptr_nonnull(first);
+    ck_assert_int_eq(first->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
+    corral__v1__response__free_unpacked(first, NULL);
+    for (int i = 0; i < N_BG; i++) {
+        Corral__V1__Response *resp;
+        while ((resp = raw_recv(&bg[i], 0))) {
+            if (resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK) tokens_after[i]++;
+            corral__v1__response__free_unpacked(resp, NULL);
+        }
+    }
+    for (int i = 0; i < N_BG; i++)
+        ck_assert_msg(tokens_after[i] <= 2,
+                      "background stream %d emitted %d tokens before the realtime request's "
+                      "first token",
+                      i, tokens_after[i]);
+    Corral__V1__Response *done = raw_final(&rt, 1, 5000);
+    ck_assert_int_eq(done->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
+    corral__v1__response__free_unpacked(done, NULL);
+    raw_close(&rt);
+    for (int i = 0; i < N_BG; i++) raw_close(&bg[i]);
+}
+END_TEST
+
+START_TEST(test_priority_is_capped_by_the_app) {
+    /* "notes" may not go above interactive: its realtime request does not cut in. Check through
+     * the effect that matters: it still completes correctly. */
+    raw r;
+    raw_open(&r, d.endpoint);
+    send_generate(&r, 5, &(gen_opts){.model = "stories", .max_tokens = 4, .app = "notes",
+                                     .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME,
+                                     .has_temperature = true});
+    Corral__V1__Response *resp = raw_final(&r, 5, 5000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
+    ck_assert_uint_eq(resp->done->generated_tokens, 4);
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+}
+END_TEST
+
+/* ---- cancellation and vanishing clients --------------------------------------------------------- */
+
+START_TEST(test_cancel_mid_stream) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    send_generate(&r, 7, &(gen_opts){.model = "stories", .max_tokens = 400, .stream = true,
+                                     .has_temperature = true, .temperature = 1.0f});
+    int chunks = 0;
+    while (chunks < 3) {
+        Corral__V1__Response *resp = raw_recv(&r, 5000);
+        ck_assert_ptr_nonnull(resp);
+        chunks += resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK;
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+    Corral__V1__Cancel c = CORRAL__V1__CANCEL__INIT;
+    c.request_id = 7;
+    long long t0 = now_ms();
+    send_simple(&r, 8, CORRAL__V1__REQUEST__BODY_CANCEL, &c);
+    bool acked = false, done = false;
+    while (!acked || !done) {
+        Corral__V1__Response *resp = raw_recv(&r, 5000);
+        ck_assert_ptr_nonnull(resp);
+        if (resp->id == 8) {
+            ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ACK);
+            acked = true;
+        } else if (resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE) {
+            ck_assert_int_eq(resp->done->stop_reason,
+                             CORRAL__V1__STOP_REASON__STOP_REASON_CANCELLED);
+            ck_assert_uint_lt(resp->done->generated_tokens, 400);
+            done = true;
+        }
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+    ck_assert_int_lt(now_ms() - t0, 1000);
+    /* Cancelling it again: it is no longer in flight. */
+    send_simple(&r, 9, CORRAL__V1__REQUEST__BODY_CANCEL, &c);
+    Corral__V1__Response *resp = raw_final(&r, 9, 3000);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__NOT_FOUND);
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+}
+END_TEST
+
+/* Poll Status until nothing is active or queued; returns the milliseconds it took, or -1. */
+static long long wait_until_idle(int timeout_ms) {
+    long long t0 = now_ms();
+    while (now_ms() - t0 < timeout_ms) {
+        if (busy_requests(d.endpoint) == 0) return now_ms() - t0;
+        usleep(50000);
+    }
+    return -1;
+}
+
+START_TEST(test_killed_client_is_freed) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    send_generate(&r, 1, &(gen_opts){.model = "stories", .max_tokens = 500, .stream = true,
+                                     .has_temperature = true, .temperature = 1.0f});
+    Corral__V1__Response *resp = raw_recv(&r, 5000);
+    ck_assert_ptr_nonnull(resp);
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r); /* the process "dies": its connection goes */
+    long long took = wait_until_idle(4000);
+    ck_assert_msg(took >= 0, "requests of a vanished client still active after 4 s");
+    ck_assert(daemon_answers_ping(d.endpoint));
+}
+END_TEST
+
+START_TEST(test_client_that_stops_reading_is_cancelled_after_stall_timeout) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    /* Keep pinging (alive) but never read: the stream must pause and then be cancelled. */
+    send_generate(&r, 1, &(gen_opts){.model = "stories-q4", .max_tokens = 120, .stream = true,
+                                     .has_temperature = true, .temperature = 1.0f});
+    long long t0 = now_ms();
+    long long took = -1;
+    while (now_ms() - t0 < 6000) {
+        Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+        send_simple(&r, 2, CORRAL__V1__REQUEST__BODY_PING, &ping);
+        if (busy_requests(d.endpoint) == 0) {
+            took = now_ms() - t0;
+            break;
+        }
+        usleep(100000);
+    }
+    ck_assert_msg(took >= 0, "a stalled stream was not cancelled");
+    raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_silent_client_requests_are_cancelled) {
+    /* A client that sends work and then goes silent without disconnecting (no pings, no reads):
+     * its requests, running and queued, are cancelled after the peer timeout. */
+    raw r;
+    raw_open(&r, d.endpoint);
+    for (uint64_t id = 1; id <= 3; id++)
+        send_generate(&r, id, &(gen_opts){.model = "stories", .max_tokens = 500,
+                                          .has_temperature = true, .temperature = 1.0f});
+    long long took = wait_until_idle(6000);
+    ck_assert_msg(took >= 0, "a silent client's requests were never cancelled");
+    raw_close(&r);
+}
+END_TEST
+
+/* ---- deadlines and limits ----------------------------------------------------------------------- */
+
+START_TEST(test_deadline_exceeded) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    send_generate(&r, 3, &(gen_opts){.model = "stories", .max_tokens = 500, .deadline_ms = 50,
+                                     .has_temperature = true, .temperature = 1.0f});
+    Corral__V1__Response *resp = raw_final(&r, 3, 5000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__DEADLINE_EXCEEDED);
+    ck_assert_ptr_nonnull(strstr(resp->error->message, "deadline"));
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_queue_limit) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    /* queue_per_model is 12: the 13th and later are refused at once. */
+    for (uint64_t id = 1; id <= 14; id++)
+        send_generate(&r, id, &(gen_opts){.model = "stories", .max_tokens = 100,
+                                          .has_temperature = true, .temperature = 1.0f});
+    int refused = 0, finished = 0;
+    while (finished < 14) {
+        Corral__V1__Response *resp = raw_recv_live(&r, 20000);
+        ck_assert_ptr_nonnull(resp);
+        if (resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR) {
+            ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+            ck_assert_ptr_nonnull(strstr(resp->error->message, "queue_per_model"));
+            refused++;
+        }
+        if (resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR ||
+            resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE)
+            finished++;
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+    ck_assert_int_eq(refused, 2);
+    raw_close(&r);
+}
+END_TEST
+
+/* ---- sessions ------------------------------------------------------------------------------------ */
+
+/* Generate greedily; return the text (malloc'ed) and the Done. */
+static char *generate_text(raw *r, uint64_t id, const gen_opts *o, uint32_t *prompt_tokens,
+                           uint32_t *prefilled) {
+    send_generate(r, id, o);
+    char *text = NULL;
+    for (;;) {
+        Corral__V1__Response *resp = raw_recv_live(r, 10000);
+        ck_assert_ptr_nonnull(resp);
+        ck_assert_uint_eq(resp->id, id);
+        if (resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR)
+            ck_abort_msg("generate failed: %s", resp->error->message);
+        if (resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK) text = strdup(resp->chunk->text);
+        if (resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE) {
+            *prompt_tokens = resp->done->prompt_tokens;
+            *prefilled = resp->done->prefilled_tokens;
+            corral__v1__response__free_unpacked(resp, NULL);
+            return text;
+        }
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+}
+
+START_TEST(test_sessions_keep_separate_histories) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    const char *starts[2] = {"Once upon a time", "The dog ran"};
+    const char *ids[2] = {"alpha", "beta"};
+    char *first[2];
+    uint32_t pt, pf;
+    for (int i = 0; i < 2; i++) {
+        first[i] = generate_text(&r, 10 + i,
+                                 &(gen_opts){.model = "stories", .prompt = starts[i],
+                                             .session = ids[i], .max_tokens = 20,
+                                             .has_temperature = true},
+                                 &pt, &pf);
+        ck_assert_uint_eq(pf, pt); /* nothing cached yet */
+    }
+    for (int i = 0; i < 2; i++) {
+        /* The second turn continues the first: prompt = first prompt + reply + new text. */
+        char prompt[4096];
+        snprintf(prompt, sizeof prompt, "%s%s The end.", starts[i], first[i]);
+        char *second = generate_text(&r, 20 + i,
+                                     &(gen_opts){.model = "stories", .prompt = prompt,
+                                                 .session = ids[i], .max_tokens = 10,
+                                                 .has_temperature = true},
+                                     &pt, &pf);
+        /* Only the new part was run: " The end." is a few tokens; allow the boundary token. */
+        ck_assert_msg(pf <= 6 && pf >= 1, "session %s: %u of %u prompt tokens prefilled", ids[i],
+                      pf, pt);
+        /* And the result equals a fresh, session-less run of the same prompt. */
+        uint32_t pt2, pf2;
+        char *fresh = generate_text(&r, 30 + i,
+                                    &(gen_opts){.model = "stories", .prompt = prompt,
+                                                .max_tokens = 10, .has_temperature = true},
+                                    &pt2, &pf2);
+        ck_assert_uint_eq(pf2, pt2);
+        ck_assert_str_eq(second, fresh);
+        free(second);
+        free(fresh);
+        free(first[i]);
+    }
+    raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_session_of_another_app_refused) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    uint32_t pt, pf;
+    free(generate_text(&r, 1,
+                       &(gen_opts){.model = "stories", .session = "private", .app = "speaker",
+                                   .max_tokens = 2, .has_temperature = true},
+                       &pt, &pf));
+    send_generate(&r, 2, &(gen_opts){.model = "stories", .session = "private", .app = "notes",
+                                     .max_tokens = 2, .has_temperature = true});
+    Corral__V1__Response *resp = raw_final(&r, 2, 5000);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__PERMISSION_DENIED);
+    ck_assert_ptr_nonnull(strstr(resp->error->message, "session 'private'"));
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+}
+END_TEST
+
+/* ---- bad input ------------------------------------------------------------------------------------ */
+
+/* Send raw bytes and expect an Error with code and text; then the daemon must still serve. */
+static void expect_raw_error(const void *bytes, size_t len, Corral__V1__ErrorCode code,
+                             const char *text) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    ck_assert_int_ge(zmq_send(r.sock, bytes, len, 0), 0);
+    Corral__V1__Response *resp = raw_recv(&r, 5000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(resp->error->code, code);
+    ck_assert_msg(strstr(resp->error->message, text), "'%s' lacks '%s'", resp->error->message,
+                  text);
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+    ck_assert(daemon_answers_ping(d.endpoint));
+}
+
+static void expect_generate_error(const gen_opts *o, Corral__V1__ErrorCode code, const char *text) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    send_generate(&r, 42, o);
+    Corral__V1__Response *resp = raw_final(&r, 42, 5000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_msg(resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR, "no error for %s", text);
+    ck_assert_msg(resp->error->code == code, "code %d, want %d (%s)", resp->error->code, code,
+                  resp->error->message);
+    ck_assert_msg(strstr(resp->error->message, text), "'%s' lacks '%s'", resp->error->message,
+                  text);
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+    ck_assert(daemon_answers_ping(d.endpoint));
+}
+
+START_TEST(test_random_bytes) {
+    uint8_t junk[64];
+    srand(7);
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(rand() | 0x80);
+    expect_raw_error(junk, sizeof junk, CORRAL__V1__ERROR_CODE__PROTOCOL, "not a valid");
+}
+END_TEST
+
+START_TEST(test_truncated_protobuf) {
+    Corral__V1__Generate g = CORRAL__V1__GENERATE__INIT;
+    g.model = "stories";
+    g.prompt = "Once upon a time there was a long prompt";
+    Corral__V1__Request req = CORRAL__V1__REQUEST__INIT;
+    req.id = 5;
+    req.body_case = CORRAL__V1__REQUEST__BODY_GENERATE;
+    req.generate = &g;
+    uint8_t buf[256];
+    size_t len = corral__v1__request__pack(&req, buf);
+    expect_raw_error(buf, len - 7, CORRAL__V1__ERROR_CODE__PROTOCOL, "not a valid");
+}
+END_TEST
+
+START_TEST(test_message_over_max_size) {
+    /* Bigger than limits.max_message_bytes (1 MiB): ZeroMQ drops the connection; the daemon
+     * carries on serving everyone else. */
+    size_t len = (1u << 20) + 4096;
+    uint8_t *big = calloc(1, len);
+    raw r;
+    raw_open(&r, d.endpoint);
+    zmq_send(r.sock, big, len, 0);
+    free(big);
+    ck_assert_ptr_null(raw_recv(&r, 500));
+    raw_close(&r);
+    ck_assert(daemon_answers_ping(d.endpoint));
+}
+END_TEST
+
+START_TEST(test_unknown_body) {
+    /* Field 99 is no body this daemon knows: it decodes as a Request without a body. */
+    const uint8_t msg[] = {0x08, 0x05, 0x9a, 0x06, 0x00}; /* id=5, field 99 (bytes, empty) */
+    expect_raw_error(msg, sizeof msg, CORRAL__V1__ERROR_CODE__UNSUPPORTED, "no body");
+}
+END_TEST
+
+START_TEST(test_unknown_model) {
+    expect_generate_error(&(gen_opts){.model = "nope"}, CORRAL__V1__ERROR_CODE__NOT_FOUND,
+                          "model 'nope'");
+}
+END_TEST
+
+START_TEST(test_invalid_params) {
+    expect_generate_error(&(gen_opts){.model = "stories", .has_temperature = true,
+                                      .temperature = -1.0f},
+                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "temperature");
+    expect_generate_error(&(gen_opts){.model = "stories", .has_top_p = true, .top_p = 1.5f},
+                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "top_p");
+    expect_generate_error(&(gen_opts){.model = "stories", .has_max_tokens = true, .max_tokens = 0},
+                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "max_tokens");
+    expect_generate_error(&(gen_opts){.model = "stories", .max_tokens = 100000},
+                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "exceeds the context");
+}
+END_TEST
+
+START_TEST(test_prompt_longer_than_context) {
+    char prompt[4096] = "";
+    for (int i = 0; i < 200; i++) strcat(prompt, "Once upon a time. ");
+    expect_generate_error(&(gen_opts){.model = "stories-q4", .prompt = prompt},
+                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "context of model 'stories-q4'");
+}
+END_TEST
+
+/* ---- reload and shutdown -------------------------------------------------------------------------- */
+
+START_TEST(test_sighup_adds_a_model) {
+    FILE *fp = fopen(d.config_path, "a");
+    fprintf(fp, "  - name: added\n    path: %s\n", test_shared_path("models/stories260K-f16.gguf"));
+    fclose(fp);
+    kill(d.pid, SIGHUP);
+    long long t0 = now_ms();
+    bool seen = false;
+    while (!seen && now_ms() - t0 < 5000) {
+        raw r;
+        raw_open(&r, d.endpoint);
+        Corral__V1__ListModels lm = CORRAL__V1__LIST_MODELS__INIT;
+        send_simple(&r, 3, CORRAL__V1__REQUEST__BODY_LIST_MODELS, &lm);
+        Corral__V1__Response *resp = raw_recv(&r, 3000);
+        ck_assert_ptr_nonnull(resp);
+        for (size_t i = 0; i < resp->models->n_models; i++)
+            seen |= strcmp(resp->models->models[i]->name, "added") == 0;
+        corral__v1__response__free_unpacked(resp, NULL);
+        raw_close(&r);
+        if (!seen) usleep(100000);
+    }
+    ck_assert(seen);
+    uint32_t pt, pf;
+    raw r;
+    raw_open(&r, d.endpoint);
+    free(generate_text(&r, 4, &(gen_opts){.model = "added", .max_tokens = 3, .has_temperature = true},
+                       &pt, &pf));
+    raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_sigterm_with_requests_in_flight) {
+    raw r;
+    raw_open(&r, d.endpoint);
+    send_generate(&r, 1, &(gen_opts){.model = "stories", .max_tokens = 500, .stream = true,
+                                     .has_temperature = true, .temperature = 1.0f});
+    Corral__V1__Response *resp = raw_recv(&r, 5000);
+    ck_assert_ptr_nonnull(resp);
+    corral__v1__response__free_unpacked(resp, NULL);
+    long long t0 = now_ms();
+    kill(d.pid, SIGTERM);
+    resp = raw_final(&r, 1, 3000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__UNAVAILABLE);
+    corral__v1__response__free_unpacked(resp, NULL);
+    raw_close(&r);
+    ck_assert_int_eq(harness_stop(&d, 0, 3000), 0); /* signal 0: just wait */
+    ck_assert_int_lt(now_ms() - t0, 2000);
+    start_daemon(NULL); /* for the teardown */
+}
+END_TEST
+
+static Suite *scheduler_suite(void) {
+    Suite *s = suite_create("scheduler");
+    TCase *core = tcase_create("core");
+    tcase_add_checked_fixture(core, setup, teardown);
+    tcase_set_timeout(core, 120);
+    tcase_add_test(core, test_realtime_preempts_background);
+    tcase_add_test(core, test_priority_is_capped_by_the_app);
+    tcase_add_test(core, test_cancel_mid_stream);
+    tcase_add_test(core, test_sessions_keep_separate_histories);
+    tcase_add_test(core, test_sighup_adds_a_model);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_add_checked_fixture(limits, setup, teardown);
+    tcase_set_timeout(limits, 120);
+    tcase_add_test(limits, test_killed_client_is_freed);
+    tcase_add_test(limits, test_client_that_stops_reading_is_cancelled_after_stall_timeout);
+    tcase_add_test(limits, test_silent_client_requests_are_cancelled);
+    tcase_add_test(limits, test_deadline_exceeded);
+    tcase_add_test(limits, test_queue_limit);
+    tcase_add_test(limits, test_sigterm_with_requests_in_flight);
+    suite_add_tcase(s, limits);
+    TCase *errors = tcase_create("errors");
+    tcase_add_checked_fixture(errors, setup, teardown);
+    tcase_set_timeout(errors, 120);
+    tcase_add_test(errors, test_random_bytes);
+    tcase_add_test(errors, test_truncated_protobuf);
+    tcase_add_test(errors, test_message_over_max_size);
+    tcase_add_test(errors, test_unknown_body);
+    tcase_add_test(errors, test_unknown_model);
+    tcase_add_test(errors, test_invalid_params);
+    tcase_add_test(errors, test_prompt_longer_than_context);
+    tcase_add_test(errors, test_session_of_another_app_refused);
+    suite_add_tcase(s, errors);
+    return s;
+}
+
+
+int main(void) {
+    /* Check forks a child per test: make the model once, here, so every child reuses it. */
+    slow_model_path();
+    SRunner *sr = srunner_create(scheduler_suite());
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    unlink(slow_model_path());
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
