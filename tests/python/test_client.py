@@ -57,3 +57,11 @@ def test_no_daemon_times_out_with_a_clear_error():
         with Client(f"ipc://{tmp}/nobody.sock", timeout=0.2) as c:
             with pytest.raises(DeadlineExceeded, match="is it running"):
                 c.ping()
+
+
+@pytest.mark.corrald_config("log_level: debug\n")
+def test_corrald_fixture_takes_a_config_body(corrald):
+    with open(corrald.config_path, encoding="utf-8") as f:
+        assert "log_level: debug" in f.read()
+    with Client(corrald.endpoint) as c:
+        assert c.ping().version == corral.__version__

@@ -1,0 +1,102 @@
+"""Request ids and the routing of Responses to the request they answer (no I/O here).
+
+One connection carries several requests at once: two streams read in turns, a status call in the
+middle of a stream. Each request the caller waits on has an inbox; every frame read from the
+socket is decoded once and appended to the inbox of its id. Frames for requests nobody waits on
+any more (abandoned streams, Acks of fire-and-forget Cancels, keepalive Pongs) are dropped.
+
+Two things are not addressed to one request and go to every inbox: an Error with id 0 (the daemon
+could not decode something this connection sent) and a frame this client cannot decode.
+
+Liveness: ``last_heard`` is when the daemon last said anything; the patient callers' timeouts
+measure silence from it. When the connection drops (the daemon stopped, crashed or restarted, or
+refused an oversized message), requests in flight can never be answered: :meth:`connection_lost`
+gives each an UNAVAILABLE error instead of leaving it to wait on a daemon that knows nothing of it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import Any, Deque, Dict, Set
+
+from . import _codec
+from ._proto import pb
+
+
+class Demux:
+    """Ids, inboxes and liveness bookkeeping of one connection. Not thread-safe."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._ids = itertools.count(1)
+        self.inboxes: Dict[int, Deque[Any]] = {}
+        self._keepalive: Set[int] = set()
+        self.last_heard = float("-inf")  # monotonic time of the last frame received
+        self.last_sent = float("-inf")  # monotonic time of the last request sent
+
+    def new_id(self) -> int:
+        """A fresh request id whose answers will be dropped (fire-and-forget requests)."""
+        return next(self._ids)
+
+    def open(self) -> int:
+        """A fresh request id with an inbox that collects its answers until :meth:`forget`."""
+        rid = next(self._ids)
+        self.inboxes[rid] = deque()
+        return rid
+
+    def keepalive_id(self) -> int:
+        """A fresh id for a keepalive Ping: its Pong only refreshes ``last_heard``."""
+        rid = next(self._ids)
+        self._keepalive.add(rid)
+        return rid
+
+    def sent(self, now: float) -> None:
+        """Note that a request went out (any request counts for the liveness rule)."""
+        self.last_sent = now
+
+    def forget(self, rid: int) -> None:
+        """Stop collecting answers for ``rid``; later ones are dropped."""
+        self.inboxes.pop(rid, None)
+        self._keepalive.discard(rid)
+
+    def feed(self, frame: bytes, now: float) -> Set[int]:
+        """Route one received frame; returns the ids whose inbox got something."""
+        self.last_heard = now
+        resp = pb.Response()
+        try:
+            resp.ParseFromString(frame)
+        except Exception:  # protobuf's DecodeError; any failure means the same here
+            return self._to_all(
+                _codec.error_response(
+                    0, pb.PROTOCOL, f"undecodable response from corrald at {self.endpoint}"
+                )
+            )
+        if resp.id == 0:
+            return self._to_all(resp)
+        if resp.id in self._keepalive:
+            self._keepalive.discard(resp.id)
+            return set()
+        box = self.inboxes.get(resp.id)
+        if box is None:
+            return set()
+        box.append(resp)
+        return {resp.id}
+
+    def connection_lost(self) -> Set[int]:
+        """The connection dropped: every request in flight gets an UNAVAILABLE error. Returns
+        their ids."""
+        self._keepalive.clear()
+        return self._to_all(
+            _codec.error_response(
+                0,
+                pb.UNAVAILABLE,
+                f"the connection to corrald at {self.endpoint} was lost while the request was "
+                "in flight (the daemon stopped or restarted, or refused an oversized message)",
+            )
+        )
+
+    def _to_all(self, resp: Any) -> Set[int]:
+        for box in self.inboxes.values():
+            box.append(resp)
+        return set(self.inboxes)

@@ -1,0 +1,250 @@
+"""The values the client hands back: plain frozen dataclasses and string enums.
+
+They mirror the protocol's messages (``proto/corral.proto``) without exposing protobuf objects, so
+user code never depends on the generated module. Enum members are ``str`` subclasses, so
+``done.stop_reason == "cancelled"`` works as well as ``done.stop_reason is StopReason.CANCELLED``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Mapping, Tuple, Union
+
+
+class _StrEnum(str, enum.Enum):
+    """A string-valued enum that prints as its value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Priority(_StrEnum):
+    """Scheduling class of a generation. A higher class preempts lower ones at the next token."""
+
+    BACKGROUND = "background"
+    """Summaries, indexing: runs when nothing else wants the CPU."""
+    INTERACTIVE = "interactive"
+    """Chat, editor completions (the default unless the model's config says otherwise)."""
+    REALTIME = "realtime"
+    """Voice commands: cuts in front of everything else (only for apps allowed to)."""
+
+
+class StopReason(_StrEnum):
+    """Why a generation ended (:attr:`Done.stop_reason`)."""
+
+    UNSPECIFIED = "unspecified"
+    """The daemon did not say (or sent a reason this client does not know)."""
+    EOG = "eog"
+    """The model produced an end-of-generation token."""
+    MAX_TOKENS = "max_tokens"
+    """``max_tokens`` tokens were generated."""
+    STOP_STRING = "stop_string"
+    """A stop string appeared (it is not part of the text)."""
+    CONTEXT_FULL = "context_full"
+    """The model's (or the session's) context is full."""
+    CONSTRAINT = "constraint"
+    """The output constraint (``regex``) can accept nothing more."""
+    CANCELLED = "cancelled"
+    """The client cancelled the request (or disconnected)."""
+
+
+class ModelState(_StrEnum):
+    """A model's residency in the daemon."""
+
+    UNSPECIFIED = "unspecified"
+    """The daemon did not say (or sent a state this client does not know)."""
+    UNLOADED = "unloaded"
+    """Configured, not in memory."""
+    LOADING = "loading"
+    """Being mapped and prepared."""
+    RESIDENT = "resident"
+    """In memory, ready."""
+    SWAPPED = "swapped"
+    """Written to the swap directory; comes back by mmap on the next request."""
+
+
+#: One chat message: ``{"role": "user", "content": "Hi"}`` or ``("user", "Hi")``. Roles are
+#: ``"system"``, ``"user"`` and ``"assistant"`` (the daemon checks them).
+ChatMessage = Union[Mapping[str, str], Tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Pong:
+    """The daemon's answer to a ping."""
+
+    version: str
+    """corral's version, e.g. ``"0.1.0"``."""
+    protocol_version: int
+    """The daemon's protocol revision."""
+    uptime_ms: int
+    """Milliseconds since the daemon started."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a generation's output, in order."""
+
+    text: str
+    """UTF-8 text (complete characters only; may be empty while a character is incomplete)."""
+    token_ids: Tuple[int, ...]
+    """The tokens this piece comes from."""
+    index: int
+    """0, 1, 2, ... within the request."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Prefill progress of a long prompt."""
+
+    prefilled_tokens: int
+    """Prompt tokens run so far."""
+    total_tokens: int
+    """Prompt tokens to run."""
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Where the time of one generation went, in microseconds."""
+
+    queue_us: int
+    """From receipt to the first compute step."""
+    load_us: int
+    """Loading (or swapping in) the model for this request."""
+    prefill_us: int
+    """Running the prompt through the model."""
+    decode_us: int
+    """Generating tokens."""
+    total_us: int
+    """From receipt to the end."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """How a generation ended: the daemon's final message for it."""
+
+    stop_reason: StopReason
+    """Why it ended."""
+    prompt_tokens: int
+    """Tokens of the whole prompt (or rendered chat) as the model sees it."""
+    prefilled_tokens: int
+    """Of those, the ones run for this request (the rest came from the session's cache)."""
+    generated_tokens: int
+    """Tokens generated."""
+    timings: Timings
+    """Where the time went."""
+    model: str
+    """The model that served the request."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished generation: ``generate(..., return_done=True)`` returns one."""
+
+    text: str
+    """The generated text (without the prompt)."""
+    done: Done
+    """How it ended: stop reason, token counts, timings."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """What :meth:`Client.tokenize <corral.Client.tokenize>` returns."""
+
+    ids: Tuple[int, ...]
+    """Token ids."""
+    pieces: Tuple[str, ...]
+    """The vocabulary piece of each id."""
+
+    def __len__(self) -> int:
+        """The number of tokens."""
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A configured model, as :meth:`Client.list_models <corral.Client.list_models>` lists it."""
+
+    name: str
+    """The configured name (what ``generate`` takes)."""
+    path: str
+    """The GGUF file."""
+    arch: str
+    """Architecture (``"llama"``); empty until the model was first loaded."""
+    context: int
+    """Configured context length in tokens."""
+    chat_template: str
+    """Chat template name; ``"none"`` for raw completion."""
+    state: ModelState
+    """Residency."""
+    pinned: bool
+    """Whether the model is pinned (never unloaded or swapped out to make room)."""
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """One model's runtime state (:attr:`StatusReply.models`)."""
+
+    name: str
+    """The configured name."""
+    state: ModelState
+    """Residency."""
+    bytes: int
+    """Memory held: weights, KV caches, scratch."""
+    last_used_ms: int
+    """Unix time in ms of the last request; 0 if never used."""
+    queue_depth: int
+    """Requests waiting."""
+    active: int
+    """Requests being computed."""
+    requests_served: int
+    """Requests finished so far."""
+    pinned: bool
+    """Whether the model is pinned."""
+    sessions: int
+    """Sessions holding state for this model."""
+    swap_ins: int
+    """Times the model came back from the swap directory."""
+    swap_outs: int
+    """Times the model was written to the swap directory."""
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    """The daemon's overall state (:attr:`StatusReply.daemon`)."""
+
+    version: str
+    """corral's version."""
+    uptime_ms: int
+    """Milliseconds since the daemon started."""
+    total_bytes: int
+    """Memory held by all models."""
+    limit_bytes: int
+    """The memory budget (0: none)."""
+    active: int
+    """Requests being computed."""
+    queued: int
+    """Requests waiting."""
+    requests_served: int
+    """Requests finished so far."""
+    sessions: int
+    """Sessions alive."""
+    threads: int
+    """Compute threads."""
+
+
+@dataclass(frozen=True)
+class StatusReply:
+    """What :meth:`Client.status <corral.Client.status>` returns."""
+
+    models: Tuple[ModelStatus, ...]
+    """Every model asked about (all of them when no model was named)."""
+    daemon: DaemonStatus
+    """The daemon as a whole."""
+
+    def model(self, name: str) -> ModelStatus:
+        """The status of model ``name``; raises :class:`KeyError` if it is not in the reply."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
