@@ -4,6 +4,7 @@
  * SIGINT/SIGTERM, report versions, reject bad configs and flags.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,11 +138,27 @@ START_TEST(test_bad_config_and_flags_exit_nonzero) {
     char want[128];
     snprintf(want, sizeof want, "%s:3:3: unknown key 'limits.bogus'", path);
     ck_assert_msg(strstr(out, want) != NULL, "%s", out);
-    unlink(path);
+
+    /* A value of the wrong type, and a model whose file does not exist. */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    text = "threads: many\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 1);
+    snprintf(want, sizeof want, "%s:1:10: threads: expected an integer, got 'many'", path);
+    ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    text = "models:\n  - name: m\n    path: /nonexistent/model.gguf\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 1);
+    snprintf(want, sizeof want, "%s:2:3: model 'm': file /nonexistent/model.gguf", path);
+    ck_assert_msg(strstr(out, want) != NULL, "%s", out);
 
     const char *missing[] = {"-c", "/nonexistent/corral.yaml", NULL};
     ck_assert_int_eq(harness_run_corrald(missing, out, sizeof out, 5000), 1);
     ck_assert_msg(strstr(out, "/nonexistent/corral.yaml") != NULL, "%s", out);
+    unlink(path);
 
     const char *flag[] = {"--no-such-flag", NULL};
     ck_assert_int_eq(harness_run_corrald(flag, out, sizeof out, 5000), 2);
