@@ -16,6 +16,7 @@ int cmd_tokenize_local(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 /* Commands that talk to corrald (cmd_daemon.c). */
 int cmd_ps(int argc, char **argv);

@@ -23,6 +23,7 @@ static const cli_command cli_commands[] = {
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensors"},
     {"synth", cmd_synth, "write a synthetic model (a real model's shape, random weights)"},
     {"bench", cmd_bench, "measure a model file's prompt and generation speed, memory bandwidth"},
+    {"merge", cmd_merge, "merge LoRA adapters into a model file (GGUF or PEFT adapters)"},
     {"run", cmd_run, "generate text with a model of the running corrald"},
     {"chat", cmd_chat, "chat with a model of the running corrald"},
     {"ps", cmd_ps, "the daemon's models: state, memory, last use, queue"},

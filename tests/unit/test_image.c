@@ -1,0 +1,540 @@
+/*
+ * test_image.c — Check suite for corral images (engine/include/corral/image.h): the XXH64 hash
+ * against the reference library's values, fingerprints of files and parameters, writing and
+ * verified reading, every kind of stale or corrupt image reported as such, and LRU trimming of
+ * image directories.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "corral/gguf.h"
+#include "corral/image.h"
+#include "corral/tensor.h"
+#include "testutil.h"
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static char tmp_dir[] = "/tmp/corral-test-image-XXXXXX";
+
+static void tmp_setup(void) {
+    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+}
+
+static void tmp_teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+    ck_assert_int_eq(system(cmd), 0);
+    strcpy(tmp_dir, "/tmp/corral-test-image-XXXXXX");
+}
+
+static const char *tmp_path(const char *name) {
+    static char path[4][512];
+    static int next;
+    char *p = path[next++ % 4];
+    snprintf(p, 512, "%s/%s", tmp_dir, name);
+    return p;
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---- XXH64 --------------------------------------------------------------------------------- */
+
+/* The reference library's own self-test buffer: byte i is the top byte of a 64-bit generator
+ * that starts at PRIME32_1 and is multiplied by PRIME64_1 after each byte. */
+static void sanity_buffer(uint8_t *buf, size_t n) {
+    uint64_t g = 2654435761u;
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = (uint8_t)(g >> 56);
+        g *= 11400714785074694797ull;
+    }
+}
+
+START_TEST(test_hash64_matches_reference_library) {
+    /* XXH64 values from libxxhash 0.8.1 (Debian's libxxhash0) over the sanity buffer, for seeds 0
+     * and PRIME32_1: every tail length (0..7 bytes past whole 8/32-byte steps) and both paths. */
+    static const struct {
+        size_t n;
+        uint64_t seed0, seed_p;
+    } vectors[] = {
+        {0, 0xef46db3751d8e999ull, 0xac75fda2929b17efull},
+        {1, 0xe934a84adb052768ull, 0x5014607643a9b4c3ull},
+        {3, 0xff7e1959cb50794aull, 0xaa8584e83660f7d1ull},
+        {4, 0x9136a0dca57457eeull, 0xcaab286bd8e9fdb5ull},
+        {7, 0x6c83909a9f01ed25ull, 0xf98d03b1ad6f9293ull},
+        {8, 0xcdbcf538e71d1348ull, 0xfe0c047a5353cdacull},
+        {14, 0x8282dcc4994e35c8ull, 0xc3bd6bf63deb6df0ull},
+        {31, 0x299b39a290e6d783ull, 0xda673d5feb5c1d79ull},
+        {32, 0x18b216492bb44b70ull, 0xb3f33bdf93ade409ull},
+        {33, 0x55c8dc3e578f5b59ull, 0xe92c292f64bc3071ull},
+        {63, 0xa9efbe0fa0f3f4e7ull, 0x6c911fadb05b6fc2ull},
+        {64, 0xef558f8acac2b5cdull, 0xb5eeba99264cc44full},
+        {100, 0x4bfe019cd91d9ea4ull, 0x4853706dc9625caeull},
+        {222, 0xb641ae8cb691c174ull, 0x20cb8ab7ae10c14aull},
+        {1024, 0x4775bf7cace4d177ull, 0x238cf9296898b465ull},
+        {2367, 0xa82418ddec0ea581ull, 0xa36a93c18052673aull},
+    };
+    uint8_t buf[2367];
+    sanity_buffer(buf, sizeof buf);
+    for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) {
+        ck_assert_msg(image_hash64(buf, vectors[i].n, 0) == vectors[i].seed0, "n=%zu seed 0",
+                      vectors[i].n);
+        ck_assert_msg(image_hash64(buf, vectors[i].n, 2654435761u) == vectors[i].seed_p,
+                      "n=%zu seed PRIME32", vectors[i].n);
+    }
+    ck_assert(image_hash64("abc", 3, 0) == 0x44bc2cf5ad770999ull);
+    /* Unaligned input gives the same value as aligned. */
+    uint8_t shifted[1025];
+    memcpy(shifted + 1, buf, 1024);
+    ck_assert(image_hash64(shifted + 1, 1024, 0) == 0x4775bf7cace4d177ull);
+}
+END_TEST
+
+/* ---- fingerprints -------------------------------------------------------------------------- */
+
+static void fp_hex_of_file(const char *path, char out[IMAGE_FINGERPRINT_CHARS + 1]) {
+    image_fingerprint fp;
+    image_fingerprint_init(&fp, "test");
+    corral_error err;
+    ck_assert_int_eq(image_fingerprint_add_file(&fp, path, &err), CORRAL_OK);
+    image_fingerprint_hex(&fp, out);
+}
+
+START_TEST(test_fingerprint_items_are_delimited) {
+    image_fingerprint a, b;
+    image_fingerprint_init(&a, "d");
+    image_fingerprint_init(&b, "d");
+    image_fingerprint_add_str(&a, "ab");
+    image_fingerprint_add_str(&a, "c");
+    image_fingerprint_add_str(&b, "a");
+    image_fingerprint_add_str(&b, "bc");
+    ck_assert(a.state != b.state);
+    /* A domain separates purposes; a float differs by its bits; NULL is not "". */
+    image_fingerprint c, d;
+    image_fingerprint_init(&c, "d1");
+    image_fingerprint_init(&d, "d2");
+    ck_assert(c.state != d.state);
+    image_fingerprint_add_f32(&c, 0.5f);
+    image_fingerprint_init(&d, "d1");
+    image_fingerprint_add_f32(&d, 0.50000006f);
+    ck_assert(c.state != d.state);
+    image_fingerprint_init(&c, "d1");
+    image_fingerprint_init(&d, "d1");
+    image_fingerprint_add_str(&c, NULL);
+    image_fingerprint_add_str(&d, "");
+    ck_assert(c.state != d.state);
+    char hex[IMAGE_FINGERPRINT_CHARS + 1];
+    image_fingerprint_hex(&c, hex);
+    ck_assert_uint_eq(strlen(hex), 16);
+    ck_assert_uint_eq(strspn(hex, "0123456789abcdef"), 16);
+}
+END_TEST
+
+START_TEST(test_fingerprint_of_file_tracks_identity) {
+    /* 200 KiB: larger than both 64 KiB edges together, so a middle byte is outside them. */
+    size_t n = 200 * 1024;
+    uint8_t *data = malloc(n);
+    sanity_buffer(data, n);
+    const char *path = tmp_path("input.bin");
+    write_file(path, data, n);
+    struct timespec when[2] = {{1700000000, 0}, {1700000000, 123456789}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    char a[17], b[17], c[17];
+    fp_hex_of_file(path, a);
+    fp_hex_of_file(path, b);
+    ck_assert_str_eq(a, b); /* deterministic */
+
+    /* Same size and mtime, a byte changed in the last 64 KiB: the tail hash sees it. */
+    data[n - 10] ^= 1;
+    write_file(path, data, n);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    fp_hex_of_file(path, c);
+    ck_assert_str_ne(a, c);
+    /* Only the mtime changes (by one nanosecond). */
+    data[n - 10] ^= 1;
+    write_file(path, data, n);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    fp_hex_of_file(path, c);
+    ck_assert_str_eq(a, c);
+    when[1].tv_nsec++;
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    fp_hex_of_file(path, c);
+    ck_assert_str_ne(a, c);
+    /* The size changes. */
+    write_file(path, data, n - 1);
+    when[1].tv_nsec--;
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    fp_hex_of_file(path, c);
+    ck_assert_str_ne(a, c);
+    /* The same bytes at another path. */
+    const char *other = tmp_path("other.bin");
+    write_file(other, data, n);
+    ck_assert_int_eq(utimensat(AT_FDCWD, other, when, 0), 0);
+    write_file(path, data, n);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    fp_hex_of_file(other, c);
+    ck_assert_str_ne(a, c);
+    /* A relative spelling of the same file is the same file. */
+    char cwd[512];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(tmp_dir), 0);
+    fp_hex_of_file("./input.bin", c);
+    ck_assert_int_eq(chdir(cwd), 0);
+    ck_assert_str_eq(a, c);
+    /* Missing files are errors naming the path, and leave the fingerprint alone. */
+    image_fingerprint fp;
+    image_fingerprint_init(&fp, "test");
+    uint64_t before = fp.state;
+    corral_error err;
+    ck_assert_int_eq(image_fingerprint_add_file(&fp, tmp_path("nope.bin"), &err), CORRAL_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "nope.bin"));
+    ck_assert(fp.state == before);
+    free(data);
+}
+END_TEST
+
+/* ---- writing and reading ------------------------------------------------------------------- */
+
+#define FP_A "0123456789abcdef"
+#define FP_B "fedcba9876543210"
+
+static float tensor_a[64 * 4];
+static uint8_t tensor_c[2 * 34]; /* two Q8_0 blocks */
+
+static corral_status fill_b(void *user, const char *name, void *dst, uint64_t size,
+                            corral_error *err) {
+    (void)user;
+    (void)name;
+    (void)err;
+    for (uint64_t i = 0; i < size / 4; i++) ((float *)dst)[i] = (float)i * 0.25f - 3.0f;
+    return CORRAL_OK;
+}
+
+static corral_status fill_fails(void *user, const char *name, void *dst, uint64_t size,
+                                corral_error *err) {
+    (void)user;
+    (void)dst;
+    (void)size;
+    return corral_error_set(err, CORRAL_IO, "tensor '%s': the source went away", name);
+}
+
+/* Writes a three-tensor image of kind "test-kind": one tensor from memory, one filled, one Q8_0
+ * from memory. */
+static void write_test_image(const char *path, const char *kind, const char *fp) {
+    for (int i = 0; i < 64 * 4; i++) tensor_a[i] = (float)(i % 17) - 8.0f;
+    float src[64];
+    for (int i = 0; i < 64; i++) src[i] = (float)i / 10.0f;
+    tensor_type_get_traits(TENSOR_TYPE_Q8_0)->from_float(src, tensor_c, 64);
+    corral_error err;
+    image_writer *w = image_writer_new(kind, fp, &err);
+    ck_assert_msg(w != NULL, "%s", err.message);
+    gguf_builder *b = image_writer_builder(w);
+    ck_assert_int_eq(gguf_builder_set_str(b, "general.name", "image test"), CORRAL_OK);
+    int64_t ne_a[2] = {64, 4}, ne_b[1] = {100}, ne_c[1] = {64};
+    ck_assert_int_eq(image_writer_add_tensor(w, "a", TENSOR_TYPE_F32, 2, ne_a, tensor_a, &err),
+                     CORRAL_OK);
+    ck_assert_int_eq(
+        image_writer_add_tensor_fill(w, "b", TENSOR_TYPE_F32, 1, ne_b, fill_b, NULL, &err),
+        CORRAL_OK);
+    ck_assert_int_eq(image_writer_add_tensor(w, "c", TENSOR_TYPE_Q8_0, 1, ne_c, tensor_c, &err),
+                     CORRAL_OK);
+    ck_assert_msg(image_writer_write(w, path, &err) == CORRAL_OK, "%s", err.message);
+    image_writer_destroy(&w);
+    ck_assert_ptr_null(w);
+}
+
+START_TEST(test_write_open_verify) {
+    const char *path = tmp_path("img.gguf");
+    write_test_image(path, "test-kind", FP_A);
+    ck_assert_int_eq(count_entries(tmp_dir), 1); /* no temporaries left */
+    corral_error err;
+    image_problem problem = IMAGE_PROBLEM_COUNT;
+    image *im = image_open(path, "test-kind", FP_A, IMAGE_VERIFY_FULL, &problem, &err);
+    ck_assert_msg(im != NULL, "%s", err.message);
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_NONE);
+    ck_assert_str_eq(image_get_kind(im), "test-kind");
+    ck_assert_str_eq(image_get_fingerprint(im), FP_A);
+    const gguf_file *f = image_gguf(im);
+    ck_assert_uint_eq(gguf_tensor_count(f), 3);
+    /* The stored checksums are XXH64 (seed 0) of exactly each tensor's bytes. */
+    for (uint64_t i = 0; i < 3; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        ck_assert(image_tensor_checksum(im, i) == image_hash64(t->data, t->size, 0));
+        ck_assert_int_eq(image_verify_tensor(im, i, &problem, &err), CORRAL_OK);
+    }
+    const gguf_tensor *a = gguf_find_tensor(f, "a"), *b = gguf_find_tensor(f, "b");
+    ck_assert(memcmp(a->data, tensor_a, sizeof tensor_a) == 0);
+    ck_assert(((const float *)b->data)[99] == 99 * 0.25f - 3.0f);
+    gguf_str name;
+    ck_assert_int_eq(gguf_get_str(f, "general.name", &name, &err), CORRAL_OK);
+    ck_assert(gguf_str_eq(name, "image test"));
+    ck_assert_int_eq(image_verify_tensor(im, 3, &problem, &err), CORRAL_INVALID_ARGUMENT);
+    image_destroy(&im);
+    ck_assert_ptr_null(im);
+    image_destroy(&im); /* NULL-safe */
+    /* Kind and fingerprint are optional checks. */
+    im = image_open(path, NULL, NULL, IMAGE_VERIFY_METADATA, &problem, &err);
+    ck_assert_ptr_nonnull(im);
+    image_destroy(&im);
+}
+END_TEST
+
+/* Flips one byte of the file at offset off. */
+static void flip_byte(const char *path, uint64_t off) {
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    uint8_t c;
+    ck_assert_int_eq(pread(fd, &c, 1, (off_t)off), 1);
+    c ^= 0x10;
+    ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)off), 1);
+    close(fd);
+}
+
+START_TEST(test_flipped_byte_is_a_checksum_mismatch) {
+    const char *path = tmp_path("img.gguf");
+    write_test_image(path, "test-kind", FP_A);
+    corral_error err;
+    image *im = image_open(path, NULL, NULL, IMAGE_VERIFY_FULL, NULL, &err);
+    ck_assert_ptr_nonnull(im);
+    const gguf_file *f = image_gguf(im);
+    const gguf_tensor *b = gguf_find_tensor(f, "b");
+    uint64_t off = (uint64_t)((const uint8_t *)b->data - (const uint8_t *)gguf_file_data(f)) + 17;
+    image_destroy(&im);
+    flip_byte(path, off);
+
+    image_problem problem;
+    im = image_open(path, "test-kind", FP_A, IMAGE_VERIFY_FULL, &problem, &err);
+    ck_assert_ptr_null(im);
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_CHECKSUM);
+    ck_assert_int_eq(err.status, CORRAL_FORMAT);
+    ck_assert_msg(strstr(err.message, "checksum mismatch") && strstr(err.message, "'b'") &&
+                      strstr(err.message, "corrupt"),
+                  "%s", err.message);
+    /* Metadata verification opens it; per-tensor verification finds exactly tensor b. */
+    im = image_open(path, "test-kind", FP_A, IMAGE_VERIFY_METADATA, &problem, &err);
+    ck_assert_ptr_nonnull(im);
+    f = image_gguf(im);
+    for (uint64_t i = 0; i < 3; i++) {
+        corral_status st = image_verify_tensor(im, i, &problem, &err);
+        int is_b = gguf_str_eq(gguf_tensor_at(f, i)->name, "b");
+        ck_assert_int_eq(st, is_b ? CORRAL_FORMAT : CORRAL_OK);
+        ck_assert_int_eq(problem, is_b ? IMAGE_PROBLEM_CHECKSUM : IMAGE_PROBLEM_NONE);
+    }
+    ck_assert_int_eq(image_verify_all(im, &problem, &err), CORRAL_FORMAT);
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_CHECKSUM);
+    image_destroy(&im);
+}
+END_TEST
+
+START_TEST(test_truncated_is_malformed) {
+    const char *path = tmp_path("img.gguf");
+    write_test_image(path, "test-kind", FP_A);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_int_eq(truncate(path, sb.st_size - 40), 0);
+    corral_error err;
+    image_problem problem;
+    image *im = image_open(path, "test-kind", FP_A, IMAGE_VERIFY_METADATA, &problem, &err);
+    ck_assert_ptr_null(im);
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_MALFORMED);
+    ck_assert_int_eq(err.status, CORRAL_FORMAT);
+    ck_assert_msg(strstr(err.message, "malformed") && strstr(err.message, "past end"), "%s",
+                  err.message);
+}
+END_TEST
+
+START_TEST(test_wrong_fingerprint_kind_version) {
+    const char *path = tmp_path("img.gguf");
+    write_test_image(path, "test-kind", FP_A);
+    corral_error err;
+    image_problem problem;
+    ck_assert_ptr_null(image_open(path, "test-kind", FP_B, IMAGE_VERIFY_FULL, &problem, &err));
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_FINGERPRINT);
+    ck_assert_int_eq(err.status, CORRAL_FAILED_PRECONDITION);
+    ck_assert_msg(strstr(err.message, "stale fingerprint") && strstr(err.message, FP_A) &&
+                      strstr(err.message, FP_B),
+                  "%s", err.message);
+    ck_assert_ptr_null(image_open(path, "other-kind", FP_A, IMAGE_VERIFY_FULL, &problem, &err));
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_KIND);
+    ck_assert_msg(strstr(err.message, "wrong kind") && strstr(err.message, "other-kind"), "%s",
+                  err.message);
+
+    /* An image of another format version, built by hand. */
+    gguf_builder *b = gguf_builder_new();
+    ck_assert_int_eq(gguf_builder_set_u32(b, IMAGE_KEY_VERSION, 2), CORRAL_OK);
+    ck_assert_int_eq(gguf_builder_set_str(b, IMAGE_KEY_KIND, "test-kind"), CORRAL_OK);
+    ck_assert_int_eq(gguf_builder_set_str(b, IMAGE_KEY_FINGERPRINT, FP_A), CORRAL_OK);
+    const char *v2 = tmp_path("v2.gguf");
+    ck_assert_int_eq(gguf_builder_write(b, v2, &err), CORRAL_OK);
+    gguf_builder_destroy(&b);
+    ck_assert_ptr_null(image_open(v2, "test-kind", FP_A, IMAGE_VERIFY_FULL, &problem, &err));
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_VERSION);
+    ck_assert_int_eq(err.status, CORRAL_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "wrong version") && strstr(err.message, "version 2"), "%s",
+                  err.message);
+
+    /* A plain GGUF file is not an image; a missing one is missing. */
+    ck_assert_ptr_null(image_open(test_shared_path("models/stories260K.gguf"), NULL, NULL,
+                                  IMAGE_VERIFY_METADATA, &problem, &err));
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_NOT_IMAGE);
+    ck_assert_ptr_nonnull(strstr(err.message, "not a corral image"));
+    ck_assert_ptr_null(
+        image_open(tmp_path("absent.gguf"), NULL, NULL, IMAGE_VERIFY_FULL, &problem, &err));
+    ck_assert_int_eq(problem, IMAGE_PROBLEM_MISSING);
+    ck_assert_int_eq(err.status, CORRAL_NOT_FOUND);
+    ck_assert_str_eq(image_problem_name(IMAGE_PROBLEM_CHECKSUM), "checksum mismatch");
+    ck_assert_str_eq(image_problem_name(IMAGE_PROBLEM_COUNT), "?");
+}
+END_TEST
+
+START_TEST(test_failed_write_leaves_nothing) {
+    const char *path = tmp_path("img.gguf");
+    write_test_image(path, "test-kind", FP_A);
+    struct stat before;
+    ck_assert_int_eq(stat(path, &before), 0);
+    corral_error err;
+    image_writer *w = image_writer_new("test-kind", FP_B, &err);
+    int64_t ne[1] = {32};
+    ck_assert_int_eq(
+        image_writer_add_tensor_fill(w, "x", TENSOR_TYPE_F32, 1, ne, fill_fails, NULL, &err),
+        CORRAL_OK);
+    ck_assert_int_eq(image_writer_write(w, path, &err), CORRAL_IO);
+    ck_assert_ptr_nonnull(strstr(err.message, "went away"));
+    image_writer_destroy(&w);
+    /* The old image is intact and nothing else was left behind. */
+    ck_assert_int_eq(count_entries(tmp_dir), 1);
+    image *im = image_open(path, "test-kind", FP_A, IMAGE_VERIFY_FULL, NULL, &err);
+    ck_assert_ptr_nonnull(im);
+    image_destroy(&im);
+    /* Bad writer arguments. */
+    ck_assert_ptr_null(image_writer_new("", FP_A, &err));
+    ck_assert_ptr_null(image_writer_new("k", "0123", &err));
+    ck_assert_ptr_null(image_writer_new("k", "0123456789ABCDEF", &err)); /* upper case */
+    ck_assert_int_eq(err.status, CORRAL_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_empty_image) {
+    const char *path = tmp_path("empty.gguf");
+    corral_error err;
+    image_writer *w = image_writer_new("state", FP_A, &err);
+    ck_assert_int_eq(image_writer_write(w, path, &err), CORRAL_OK);
+    ck_assert_int_eq(image_writer_write(w, path, &err), CORRAL_INVALID_ARGUMENT); /* once only */
+    image_writer_destroy(&w);
+    image *im = image_open(path, "state", FP_A, IMAGE_VERIFY_FULL, NULL, &err);
+    ck_assert_msg(im != NULL, "%s", err.message);
+    ck_assert_uint_eq(gguf_tensor_count(image_gguf(im)), 0);
+    image_destroy(&im);
+}
+END_TEST
+
+/* ---- trimming ------------------------------------------------------------------------------ */
+
+static void make_aged(const char *name, size_t bytes, time_t mtime) {
+    const char *path = tmp_path(name);
+    char *zeros = calloc(1, bytes ? bytes : 1);
+    write_file(path, zeros, bytes);
+    free(zeros);
+    struct timespec when[2] = {{mtime, 0}, {mtime, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+}
+
+static int exists(const char *name) {
+    struct stat sb;
+    return stat(tmp_path(name), &sb) == 0;
+}
+
+START_TEST(test_trim_lru_by_use_time) {
+    time_t now = time(NULL);
+    make_aged("lora-a.gguf", 1000, now - 400); /* oldest */
+    make_aged("lora-b.gguf", 1000, now - 300);
+    make_aged("lora-c.gguf", 1000, now - 200);
+    make_aged("lora-d.gguf", 1000, now - 100);       /* newest */
+    make_aged("other.gguf", 5000, now - 1000);       /* another prefix: not a candidate */
+    make_aged("lora-x.txt", 5000, now - 1000);       /* not .gguf */
+    make_aged("lora-e.gguf.part.1", 10, now - 7200); /* a dead write's leftover */
+    make_aged("lora-f.gguf.tmp.2", 10, now - 10);    /* a write in progress */
+    corral_error err;
+    /* Touching a makes it the most recently used, through its access time alone: its mtime (part
+     * of fingerprints) does not move. */
+    ck_assert_int_eq(image_touch(tmp_path("lora-a.gguf"), &err), CORRAL_OK);
+    struct stat sa;
+    ck_assert_int_eq(stat(tmp_path("lora-a.gguf"), &sa), 0);
+    ck_assert_int_eq(sa.st_mtim.tv_sec, now - 400);
+    ck_assert_int_ge(sa.st_atim.tv_sec, now);
+    image_trim_report rep;
+    ck_assert_int_eq(image_dir_trim(tmp_dir, "lora-", 2500, "lora-b.gguf", &rep, &err), CORRAL_OK);
+    /* Over 2500 bytes: c (oldest after b, which is kept) goes, then d; a and b remain. */
+    ck_assert(exists("lora-a.gguf"));
+    ck_assert(exists("lora-b.gguf"));
+    ck_assert(!exists("lora-c.gguf"));
+    ck_assert(!exists("lora-d.gguf"));
+    ck_assert(exists("other.gguf"));
+    ck_assert(exists("lora-x.txt"));
+    ck_assert(!exists("lora-e.gguf.part.1"));
+    ck_assert(exists("lora-f.gguf.tmp.2"));
+    ck_assert_uint_eq(rep.n_kept, 2);
+    ck_assert_uint_eq(rep.bytes_kept, 2000);
+    ck_assert_uint_eq(rep.n_removed, 3);
+    ck_assert_uint_eq(rep.bytes_removed, 2010);
+    /* Under the limit nothing goes; a limit of 0 removes everything but `keep`. */
+    ck_assert_int_eq(image_dir_trim(tmp_dir, "lora-", 1 << 20, NULL, &rep, &err), CORRAL_OK);
+    ck_assert_uint_eq(rep.n_removed, 0);
+    ck_assert_int_eq(image_dir_trim(tmp_dir, "lora-", 0, "lora-a.gguf", &rep, &err), CORRAL_OK);
+    ck_assert(exists("lora-a.gguf"));
+    ck_assert(!exists("lora-b.gguf"));
+    ck_assert_int_eq(image_dir_trim(tmp_path("nope"), "lora-", 0, NULL, &rep, &err),
+                     CORRAL_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "nope"));
+    ck_assert_int_eq(image_touch(tmp_path("gone.gguf"), &err), CORRAL_NOT_FOUND);
+}
+END_TEST
+
+static Suite *image_suite(void) {
+    Suite *s = suite_create("image");
+    TCase *core = tcase_create("core");
+    tcase_add_checked_fixture(core, tmp_setup, tmp_teardown);
+    tcase_add_test(core, test_hash64_matches_reference_library);
+    tcase_add_test(core, test_fingerprint_items_are_delimited);
+    tcase_add_test(core, test_fingerprint_of_file_tracks_identity);
+    tcase_add_test(core, test_write_open_verify);
+    tcase_add_test(core, test_empty_image);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_add_checked_fixture(limits, tmp_setup, tmp_teardown);
+    tcase_add_test(limits, test_trim_lru_by_use_time);
+    suite_add_tcase(s, limits);
+    TCase *errors = tcase_create("errors");
+    tcase_add_checked_fixture(errors, tmp_setup, tmp_teardown);
+    tcase_add_test(errors, test_flipped_byte_is_a_checksum_mismatch);
+    tcase_add_test(errors, test_truncated_is_malformed);
+    tcase_add_test(errors, test_wrong_fingerprint_kind_version);
+    tcase_add_test(errors, test_failed_write_leaves_nothing);
+    suite_add_tcase(s, errors);
+    return s;
+}
+
+CORRAL_CHECK_MAIN(image_suite)
