@@ -26,6 +26,7 @@
 #include <yaml.h>
 
 #include "corral/endpoint.h"
+#include "corral/evict.h"
 
 typedef enum cfg_type {
     CFG_TYPE_BYTES,     /* unsigned byte count, with optional K/M/G/T suffix (KiB = 1024) */
@@ -39,6 +40,7 @@ typedef enum cfg_type {
     CFG_TYPE_LOG_LEVEL, /* error | warn | info | debug | trace */
     CFG_TYPE_PRIORITY,  /* background | interactive | realtime */
     CFG_TYPE_KV_TYPE,   /* f16 | f32 (stored as bool: f32) */
+    CFG_TYPE_POLICY,    /* an eviction policy name (policies/evict.h), stored as a string */
     CFG_TYPE_ENDPOINTS, /* a sequence of endpoint strings (or one string) */
     CFG_TYPE_NAMES,     /* a sequence of names (or one name) */
     CFG_TYPE_LIST,      /* a sequence of mappings, each walked against item_table */
@@ -47,7 +49,7 @@ typedef enum cfg_type {
 typedef struct cfg_table cfg_table;
 
 typedef struct cfg_option {
-    const char *path;          /* dotted key path */
+    const char *path; /* dotted key path */
     cfg_type type;
     size_t offset;             /* the field in the struct the table describes */
     int64_t min, max;          /* inclusive bounds for INT and BYTES */
@@ -68,34 +70,76 @@ struct cfg_table {
 };
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
-#define NO_HAS .has_offset = -1
+#define NO_HAS  .has_offset = -1
 
 /* ---- the tables --------------------------------------------------------------------------- */
 
-#define SAMPLING_OPT(key, t, field, lo, hi, what)                                                 \
-    {.path = "defaults." key, .type = t, .offset = offsetof(cfg_model, defaults.field),          \
-     .fmin = lo, .fmax = hi, .min = (int64_t)(lo), .max = (int64_t)(hi),                         \
-     .has_offset = offsetof(cfg_model, defaults.has_##field), .doc = what}
+#define SAMPLING_OPT(key, t, field, lo, hi, what)                                          \
+    {                                                                                      \
+        .path = "defaults." key, .type = t, .offset = offsetof(cfg_model, defaults.field), \
+        .fmin = lo, .fmax = hi, .min = (int64_t)(lo), .max = (int64_t)(hi),                \
+        .has_offset = offsetof(cfg_model, defaults.has_##field), .doc = what               \
+    }
 
 static const cfg_option model_options[] = {
-    {.path = "name", .type = CFG_TYPE_STRING, .offset = offsetof(cfg_model, name),
-     .required = true, NO_HAS, .doc = "the name clients use"},
-    {.path = "path", .type = CFG_TYPE_PATH, .offset = offsetof(cfg_model, path), .required = true,
-     NO_HAS, .doc = "GGUF file (relative to this file's folder)"},
-    {.path = "context", .type = CFG_TYPE_INT, .offset = offsetof(cfg_model, context), .min = 0,
-     .max = 1 << 20, .default_value = "0", NO_HAS,
+    {.path = "name",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_model, name),
+     .required = true,
+     NO_HAS,
+     .doc = "the name clients use"},
+    {.path = "path",
+     .type = CFG_TYPE_PATH,
+     .offset = offsetof(cfg_model, path),
+     .required = true,
+     NO_HAS,
+     .doc = "GGUF file (relative to this file's folder)"},
+    {.path = "context",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg_model, context),
+     .min = 0,
+     .max = 1 << 20,
+     .default_value = "0",
+     NO_HAS,
      .doc = "tokens per conversation; 0 = the model's own, at most 4096"},
-    {.path = "kv_type", .type = CFG_TYPE_KV_TYPE, .offset = offsetof(cfg_model, kv_f32),
-     .default_value = "f16", NO_HAS, .doc = "KV cache element type: f16 or f32"},
-    {.path = "priority", .type = CFG_TYPE_PRIORITY, .offset = offsetof(cfg_model, priority),
-     .default_value = "interactive", NO_HAS,
+    {.path = "kv_type",
+     .type = CFG_TYPE_KV_TYPE,
+     .offset = offsetof(cfg_model, kv_f32),
+     .default_value = "f16",
+     NO_HAS,
+     .doc = "KV cache element type: f16 or f32"},
+    {.path = "priority",
+     .type = CFG_TYPE_PRIORITY,
+     .offset = offsetof(cfg_model, priority),
+     .default_value = "interactive",
+     NO_HAS,
      .doc = "class of requests that name none: background, interactive, realtime"},
-    {.path = "pin", .type = CFG_TYPE_BOOL, .offset = offsetof(cfg_model, pin),
-     .default_value = "false", NO_HAS, .doc = "never unload or swap out this model"},
-    {.path = "preload", .type = CFG_TYPE_BOOL, .offset = offsetof(cfg_model, preload),
-     .default_value = "false", NO_HAS, .doc = "load at start instead of on first use"},
-    {.path = "template", .type = CFG_TYPE_STRING, .offset = offsetof(cfg_model, chat_template),
-     NO_HAS, .doc = "chat template name overriding the file's (chatml, llama3, ...)"},
+    {.path = "pin",
+     .type = CFG_TYPE_BOOL,
+     .offset = offsetof(cfg_model, pin),
+     .default_value = "false",
+     NO_HAS,
+     .doc = "never unload or swap out this model"},
+    {.path = "preload",
+     .type = CFG_TYPE_BOOL,
+     .offset = offsetof(cfg_model, preload),
+     .default_value = "false",
+     NO_HAS,
+     .doc = "load at start instead of on first use"},
+    {.path = "ttl_ms",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg_model, ttl_ms),
+     .min = 0,
+     .max = 30ll * 86400000,
+     .default_value = "0",
+     NO_HAS,
+     .doc = "unload the model after this long without requests, to give memory back to the "
+            "machine; 0 = keep it"},
+    {.path = "template",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_model, chat_template),
+     NO_HAS,
+     .doc = "chat template name overriding the file's (chatml, llama3, ...)"},
     SAMPLING_OPT("temperature", CFG_TYPE_FLOAT, temperature, 0, 100, "sampling temperature"),
     SAMPLING_OPT("top_k", CFG_TYPE_INT, top_k, 0, 1 << 24, "top-k (0 = off)"),
     SAMPLING_OPT("top_p", CFG_TYPE_FLOAT, top_p, 1e-9, 1, "top-p (1 = off)"),
@@ -114,77 +158,188 @@ static const cfg_option model_options[] = {
 static const cfg_table model_table = {model_options, N_OF(model_options)};
 
 static const cfg_option app_options[] = {
-    {.path = "name", .type = CFG_TYPE_STRING, .offset = offsetof(cfg_app, name), .required = true,
-     NO_HAS, .doc = "the name clients send in Request.app"},
-    {.path = "models", .type = CFG_TYPE_NAMES, .offset = offsetof(cfg_app, models),
-     .count_offset = offsetof(cfg_app, n_models), .default_value = "[]", NO_HAS,
+    {.path = "name",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_app, name),
+     .required = true,
+     NO_HAS,
+     .doc = "the name clients send in Request.app"},
+    {.path = "models",
+     .type = CFG_TYPE_NAMES,
+     .offset = offsetof(cfg_app, models),
+     .count_offset = offsetof(cfg_app, n_models),
+     .default_value = "[]",
+     NO_HAS,
      .doc = "models the app may use; empty = all"},
-    {.path = "max_priority", .type = CFG_TYPE_PRIORITY, .offset = offsetof(cfg_app, max_priority),
-     .default_value = "interactive", NO_HAS, .doc = "highest class the app may ask for"},
+    {.path = "max_priority",
+     .type = CFG_TYPE_PRIORITY,
+     .offset = offsetof(cfg_app, max_priority),
+     .default_value = "interactive",
+     NO_HAS,
+     .doc = "highest class the app may ask for"},
 };
 static const cfg_table app_table = {app_options, N_OF(app_options)};
 
 static const cfg_option root_options[] = {
-    {.path = "listen", .type = CFG_TYPE_ENDPOINTS, .offset = offsetof(cfg, listen),
-     .count_offset = offsetof(cfg, n_listen), .default_value = "[]", NO_HAS,
+    {.path = "listen",
+     .type = CFG_TYPE_ENDPOINTS,
+     .offset = offsetof(cfg, listen),
+     .count_offset = offsetof(cfg, n_listen),
+     .default_value = "[]",
+     NO_HAS,
      .doc = "endpoints to bind: ipc://ABSOLUTE/PATH or tcp://127.0.0.1:PORT; empty means "
             "ipc://$XDG_RUNTIME_DIR/corral/corral.sock (or /tmp/corral-$UID/corral.sock)"},
-    {.path = "log_level", .type = CFG_TYPE_LOG_LEVEL, .offset = offsetof(cfg, log_level),
-     .default_value = "info", NO_HAS,
+    {.path = "log_level",
+     .type = CFG_TYPE_LOG_LEVEL,
+     .offset = offsetof(cfg, log_level),
+     .default_value = "info",
+     NO_HAS,
      .doc = "error, warn, info, debug or trace; CORRAL_LOG_LEVEL and --log-level override it"},
-    {.path = "threads", .type = CFG_TYPE_INT, .offset = offsetof(cfg, threads), .min = 0,
-     .max = 1024, .default_value = "0", NO_HAS,
+    {.path = "threads",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, threads),
+     .min = 0,
+     .max = 1024,
+     .default_value = "0",
+     NO_HAS,
      .doc = "compute threads shared by all models; 0 = one per physical core"},
-    {.path = "limits.max_message_bytes", .type = CFG_TYPE_BYTES,
-     .offset = offsetof(cfg, max_message_bytes), .min = 1024, .max = 256ll << 20,
-     .default_value = "1MiB", NO_HAS,
+    {.path = "limits.max_message_bytes",
+     .type = CFG_TYPE_BYTES,
+     .offset = offsetof(cfg, max_message_bytes),
+     .min = 1024,
+     .max = 256ll << 20,
+     .default_value = "1MiB",
+     NO_HAS,
      .doc = "largest request message accepted (ZMQ_MAXMSGSIZE); larger ones drop the connection"},
-    {.path = "limits.queue_per_model", .type = CFG_TYPE_INT, .offset = offsetof(cfg, queue_per_model),
-     .min = 1, .max = 100000, .default_value = "64", NO_HAS,
+    {.path = "limits.queue_per_model",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, queue_per_model),
+     .min = 1,
+     .max = 100000,
+     .default_value = "64",
+     NO_HAS,
      .doc = "requests waiting or running per model before RESOURCE_EXHAUSTED"},
-    {.path = "limits.queue_per_app", .type = CFG_TYPE_INT, .offset = offsetof(cfg, queue_per_app),
-     .min = 1, .max = 100000, .default_value = "64", NO_HAS,
+    {.path = "limits.queue_per_app",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, queue_per_app),
+     .min = 1,
+     .max = 100000,
+     .default_value = "64",
+     NO_HAS,
      .doc = "requests waiting or running per app before RESOURCE_EXHAUSTED"},
-    {.path = "limits.active_per_model", .type = CFG_TYPE_INT,
-     .offset = offsetof(cfg, active_per_model), .min = 1, .max = 1024, .default_value = "8",
-     NO_HAS, .doc = "requests of one model computed at once (interleaved token by token)"},
-    {.path = "limits.stall_timeout_ms", .type = CFG_TYPE_INT,
-     .offset = offsetof(cfg, stall_timeout_ms), .min = 100, .max = 86400000,
-     .default_value = "30000", NO_HAS,
+    {.path = "limits.active_per_model",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, active_per_model),
+     .min = 1,
+     .max = 1024,
+     .default_value = "8",
+     NO_HAS,
+     .doc = "requests of one model computed at once (interleaved token by token)"},
+    {.path = "limits.stall_timeout_ms",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, stall_timeout_ms),
+     .min = 100,
+     .max = 86400000,
+     .default_value = "30000",
+     NO_HAS,
      .doc = "a stream whose client stopped reading is paused, then cancelled after this"},
-    {.path = "limits.peer_timeout_ms", .type = CFG_TYPE_INT, .offset = offsetof(cfg, peer_timeout_ms),
-     .min = 100, .max = 86400000, .default_value = "30000", NO_HAS,
+    {.path = "limits.peer_timeout_ms",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, peer_timeout_ms),
+     .min = 100,
+     .max = 86400000,
+     .default_value = "30000",
+     NO_HAS,
      .doc = "requests of a client silent for this long (no ping, no request) are cancelled"},
-    {.path = "limits.session_ttl_ms", .type = CFG_TYPE_INT, .offset = offsetof(cfg, session_ttl_ms),
-     .min = 1000, .max = 30ll * 86400000, .default_value = "600000", NO_HAS,
+    {.path = "limits.session_ttl_ms",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, session_ttl_ms),
+     .min = 1000,
+     .max = 30ll * 86400000,
+     .default_value = "600000",
+     NO_HAS,
      .doc = "idle sessions (and their KV caches) are dropped after this"},
-    {.path = "limits.max_sessions", .type = CFG_TYPE_INT, .offset = offsetof(cfg, max_sessions),
-     .min = 0, .max = 100000, .default_value = "256", NO_HAS,
+    {.path = "limits.max_sessions",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, max_sessions),
+     .min = 0,
+     .max = 100000,
+     .default_value = "256",
+     NO_HAS,
      .doc = "sessions kept at once; the least recently used goes first"},
-    {.path = "limits.prefill_chunk", .type = CFG_TYPE_INT, .offset = offsetof(cfg, prefill_chunk),
-     .min = 1, .max = 8192, .default_value = "64", NO_HAS,
+    {.path = "limits.prefill_chunk",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, prefill_chunk),
+     .min = 1,
+     .max = 8192,
+     .default_value = "64",
+     NO_HAS,
      .doc = "prompt tokens per scheduling step: smaller lets urgent requests cut in sooner"},
-    {.path = "memory.limit", .type = CFG_TYPE_MEMORY, .offset = offsetof(cfg, memory_limit),
-     .min = 1 << 20, .max = INT64_MAX, .default_value = "50%", NO_HAS,
+    {.path = "limits.memory_wait_ms",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, memory_wait_ms),
+     .min = 0,
+     .max = 86400000,
+     .default_value = "30000",
+     NO_HAS,
+     .doc = "a request without a deadline waits this long for memory when nothing can be evicted, "
+            "then fails with RESOURCE_EXHAUSTED"},
+    {.path = "memory.limit",
+     .type = CFG_TYPE_MEMORY,
+     .offset = offsetof(cfg, memory_limit),
+     .min = 1 << 20,
+     .max = INT64_MAX,
+     .default_value = "50%",
+     NO_HAS,
      .doc = "memory budget for models and their state: bytes (4GiB) or a share of RAM (50%)"},
-    {.path = "memory.high_watermark", .type = CFG_TYPE_DOUBLE,
-     .offset = offsetof(cfg, high_watermark), .fmin = 0.05, .fmax = 1.0, .default_value = "0.85",
-     NO_HAS, .doc = "fraction of the limit at which eviction starts"},
-    {.path = "memory.low_watermark", .type = CFG_TYPE_DOUBLE,
-     .offset = offsetof(cfg, low_watermark), .fmin = 0.01, .fmax = 1.0, .default_value = "0.70",
-     NO_HAS, .doc = "fraction of the limit eviction brings memory down to"},
-    {.path = "memory.swap_dir", .type = CFG_TYPE_PATH, .offset = offsetof(cfg, swap_dir),
-     .default_value = "/var/tmp/corral", NO_HAS,
+    {.path = "memory.high_watermark",
+     .type = CFG_TYPE_DOUBLE,
+     .offset = offsetof(cfg, high_watermark),
+     .fmin = 0.05,
+     .fmax = 1.0,
+     .default_value = "0.85",
+     NO_HAS,
+     .doc = "fraction of the limit at which eviction starts"},
+    {.path = "memory.low_watermark",
+     .type = CFG_TYPE_DOUBLE,
+     .offset = offsetof(cfg, low_watermark),
+     .fmin = 0.01,
+     .fmax = 1.0,
+     .default_value = "0.70",
+     NO_HAS,
+     .doc = "fraction of the limit eviction brings memory down to"},
+    {.path = "memory.swap_dir",
+     .type = CFG_TYPE_PATH,
+     .offset = offsetof(cfg, swap_dir),
+     .default_value = "/var/tmp/corral",
+     NO_HAS,
      .doc = "where swapped-out state is written (an SSD is best)"},
-    {.path = "models", .type = CFG_TYPE_LIST, .offset = offsetof(cfg, models),
-     .count_offset = offsetof(cfg, n_models), .item_table = &model_table,
-     .item_size = sizeof(cfg_model), .default_value = "[]", NO_HAS,
+    {.path = "memory.policy",
+     .type = CFG_TYPE_POLICY,
+     .offset = offsetof(cfg, evict_policy),
+     .default_value = "lru",
+     NO_HAS,
+     .doc = "what goes first when room is needed: lru (least recently used) or lru-cost (idle "
+            "time weighed by the cost of bringing it back)"},
+    {.path = "models",
+     .type = CFG_TYPE_LIST,
+     .offset = offsetof(cfg, models),
+     .count_offset = offsetof(cfg, n_models),
+     .item_table = &model_table,
+     .item_size = sizeof(cfg_model),
+     .default_value = "[]",
+     NO_HAS,
      .doc = "the models served (name, path, context, kv_type, priority, pin, preload, template, "
             "defaults: {temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, "
             "frequency_penalty, penalty_last_n, max_tokens})"},
-    {.path = "apps", .type = CFG_TYPE_LIST, .offset = offsetof(cfg, apps),
-     .count_offset = offsetof(cfg, n_apps), .item_table = &app_table, .item_size = sizeof(cfg_app),
-     .default_value = "[]", NO_HAS,
+    {.path = "apps",
+     .type = CFG_TYPE_LIST,
+     .offset = offsetof(cfg, apps),
+     .count_offset = offsetof(cfg, n_apps),
+     .item_table = &app_table,
+     .item_size = sizeof(cfg_app),
+     .default_value = "[]",
+     NO_HAS,
      .doc = "the apps that connect (name, models, max_priority); apps not listed get the default: "
             "every model, up to interactive"},
 };
@@ -215,9 +370,9 @@ static const char *parse_bytes(const char *text, uint64_t *out) {
     static const struct {
         const char *suffix;
         unsigned shift;
-    } units[] = {{"", 0},   {"B", 0},    {"K", 10},   {"KB", 10}, {"KiB", 10},
-                 {"M", 20}, {"MB", 20},  {"MiB", 20}, {"G", 30},  {"GB", 30},
-                 {"GiB", 30}, {"T", 40}, {"TB", 40},  {"TiB", 40}};
+    } units[] = {{"", 0},     {"B", 0},   {"K", 10},   {"KB", 10}, {"KiB", 10},
+                 {"M", 20},   {"MB", 20}, {"MiB", 20}, {"G", 30},  {"GB", 30},
+                 {"GiB", 30}, {"T", 40},  {"TB", 40},  {"TiB", 40}};
     for (size_t i = 0; i < N_OF(units); i++) {
         if (strcmp(end, units[i].suffix) != 0) continue;
         if (units[i].shift && value > (UINT64_MAX >> units[i].shift)) return want;
@@ -298,8 +453,7 @@ static const cfg_option *cfg_find_option(const cfg_table *t, const char *path) {
 static int cfg_is_section(const cfg_table *t, const char *path) {
     size_t len = strlen(path);
     for (size_t i = 0; i < t->n; i++)
-        if (strncmp(t->options[i].path, path, len) == 0 && t->options[i].path[len] == '.')
-            return 1;
+        if (strncmp(t->options[i].path, path, len) == 0 && t->options[i].path[len] == '.') return 1;
     return 0;
 }
 
@@ -307,10 +461,13 @@ static const char *node_kind(const yaml_node_t *node) {
     switch (node->type) {
         case YAML_SCALAR_NODE:
             return node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? "a plain value"
-                                                                     : "a quoted string";
-        case YAML_SEQUENCE_NODE: return "a list";
-        case YAML_MAPPING_NODE: return "a mapping";
-        default: return "nothing";
+                                                                      : "a quoted string";
+        case YAML_SEQUENCE_NODE:
+            return "a list";
+        case YAML_MAPPING_NODE:
+            return "a mapping";
+        default:
+            return "nothing";
     }
 }
 
@@ -461,9 +618,12 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
     void *field = (char *)base + opt->offset;
     switch (opt->type) {
         case CFG_TYPE_ENDPOINTS:
-        case CFG_TYPE_NAMES: return cfg_set_strings(ld, opt, base, node);
-        case CFG_TYPE_LIST: return cfg_set_list(ld, opt, base, node);
-        default: break;
+        case CFG_TYPE_NAMES:
+            return cfg_set_strings(ld, opt, base, node);
+        case CFG_TYPE_LIST:
+            return cfg_set_list(ld, opt, base, node);
+        default:
+            break;
     }
     if (node->type != YAML_SCALAR_NODE)
         return cfg_fail(ld, node, "%s: expected a single value, got %s", opt->path,
@@ -502,14 +662,19 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
             if (value < opt->fmin || value > opt->fmax)
                 return cfg_fail(ld, node, "%s: %s is out of range [%g, %g]", opt->path, text,
                                 opt->fmin, opt->fmax);
-            if (opt->type == CFG_TYPE_FLOAT) *(float *)field = (float)value;
-            else *(double *)field = value;
+            if (opt->type == CFG_TYPE_FLOAT)
+                *(float *)field = (float)value;
+            else
+                *(double *)field = value;
             break;
         }
         case CFG_TYPE_BOOL:
-            if (strcmp(text, "true") == 0) *(bool *)field = true;
-            else if (strcmp(text, "false") == 0) *(bool *)field = false;
-            else want = "true or false";
+            if (strcmp(text, "true") == 0)
+                *(bool *)field = true;
+            else if (strcmp(text, "false") == 0)
+                *(bool *)field = false;
+            else
+                want = "true or false";
             break;
         case CFG_TYPE_STRING:
         case CFG_TYPE_PATH: {
@@ -531,7 +696,8 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
             log_level level;
             if (log_level_parse(text, &level) != 0)
                 want = "one of error, warn, info, debug, trace";
-            else *(log_level *)field = level;
+            else
+                *(log_level *)field = level;
             break;
         }
         case CFG_TYPE_PRIORITY: {
@@ -543,14 +709,29 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
                 }
             break;
         }
+        case CFG_TYPE_POLICY: {
+            if (!evict_policy_find(text)) {
+                return cfg_fail(ld, node, "%s: expected one of %s, got '%s'", opt->path,
+                                evict_policy_names(), text);
+            }
+            char *copy = strdup(text);
+            if (!copy) return cfg_oom(ld);
+            free(*(char **)field);
+            *(char **)field = copy;
+            break;
+        }
         case CFG_TYPE_KV_TYPE:
-            if (strcmp(text, "f16") == 0) *(bool *)field = false;
-            else if (strcmp(text, "f32") == 0) *(bool *)field = true;
-            else want = "f16 or f32";
+            if (strcmp(text, "f16") == 0)
+                *(bool *)field = false;
+            else if (strcmp(text, "f32") == 0)
+                *(bool *)field = true;
+            else
+                want = "f16 or f32";
             break;
         case CFG_TYPE_ENDPOINTS:
         case CFG_TYPE_NAMES:
-        case CFG_TYPE_LIST: break;
+        case CFG_TYPE_LIST:
+            break;
     }
     if (want) return cfg_fail(ld, node, "%s: expected %s, got '%s'", opt->path, want, text);
     if (opt->has_offset >= 0) *(bool *)((char *)base + opt->has_offset) = true;
@@ -559,8 +740,8 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
 
 static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *base,
                                       yaml_node_t *map, const char *prefix) {
-    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
-         pair < map->data.mapping.pairs.top; pair++) {
+    for (yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
+         pair++) {
         yaml_node_t *key = yaml_document_get_node(ld->doc, pair->key);
         yaml_node_t *value = yaml_document_get_node(ld->doc, pair->value);
         if (key->type != YAML_SCALAR_NODE)
@@ -571,13 +752,12 @@ static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *
             yaml_node_t *prev_key = yaml_document_get_node(ld->doc, prev->key);
             if (prev_key->type == YAML_SCALAR_NODE &&
                 strcmp(scalar_text(prev_key), scalar_text(key)) == 0)
-                return cfg_fail(ld, key, "duplicate key '%s' (first at line %zu)",
-                                scalar_text(key), prev_key->start_mark.line + 1);
+                return cfg_fail(ld, key, "duplicate key '%s' (first at line %zu)", scalar_text(key),
+                                prev_key->start_mark.line + 1);
         }
 
         char path[256];
-        int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "",
-                         scalar_text(key));
+        int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", scalar_text(key));
         if (n < 0 || (size_t)n >= sizeof path) return cfg_fail(ld, key, "key path too long");
 
         const cfg_option *opt = cfg_find_option(t, path);
@@ -607,10 +787,10 @@ static corral_status cfg_apply_yaml(const cfg_table *t, void *base, const char *
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     yaml_document_t doc;
     if (!yaml_parser_load(&parser, &doc)) {
-        corral_status st = corral_error_set(
-            err, CORRAL_INVALID_ARGUMENT, "%s:%zu:%zu: YAML syntax error: %s", name,
-            parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-            parser.problem ? parser.problem : "unknown problem");
+        corral_status st =
+            corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s:%zu:%zu: YAML syntax error: %s",
+                             name, parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                             parser.problem ? parser.problem : "unknown problem");
         yaml_parser_delete(&parser);
         return st;
     }
@@ -639,14 +819,14 @@ static corral_status cfg_apply_defaults(const cfg_table *t, void *base, corral_e
         const char *seg = opt->path;
         int depth = 0;
         for (const char *dot; (dot = strchr(seg, '.')); seg = dot + 1, depth++)
-            len += (size_t)snprintf(text + len, sizeof text - len, "%.*s: {", (int)(dot - seg),
-                                    seg);
+            len +=
+                (size_t)snprintf(text + len, sizeof text - len, "%.*s: {", (int)(dot - seg), seg);
         len += (size_t)snprintf(text + len, sizeof text - len, "%s: %s", seg, opt->default_value);
         for (int d = 0; d < depth; d++) len += (size_t)snprintf(text + len, sizeof text - len, "}");
         corral_error why;
         if (cfg_apply_yaml(t, base, text, len, "(built-in defaults)", NULL, &why) != CORRAL_OK)
-            return corral_error_set(err, CORRAL_INTERNAL, "default of %s is invalid: %s",
-                                    opt->path, why.message);
+            return corral_error_set(err, CORRAL_INTERNAL, "default of %s is invalid: %s", opt->path,
+                                    why.message);
         /* A default is not "given": clear the has_ flag the parser set. */
         if (opt->has_offset >= 0) *(bool *)((char *)base + opt->has_offset) = false;
     }
@@ -661,6 +841,7 @@ static void cfg_free_fields(const cfg_table *t, void *base) {
         switch (opt->type) {
             case CFG_TYPE_STRING:
             case CFG_TYPE_PATH:
+            case CFG_TYPE_POLICY:
                 free(*(char **)field);
                 *(char **)field = NULL;
                 break;
@@ -682,7 +863,8 @@ static void cfg_free_fields(const cfg_table *t, void *base) {
                 *count = 0;
                 break;
             }
-            default: break;
+            default:
+                break;
         }
     }
 }
@@ -739,8 +921,8 @@ cfg *cfg_load_string(const char *text, size_t len, const char *name, corral_erro
 cfg *cfg_load_file(const char *path, corral_error *err) {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        corral_error_set(err, errno == ENOENT ? CORRAL_NOT_FOUND : CORRAL_IO,
-                         "config file %s: %s", path, strerror(errno));
+        corral_error_set(err, errno == ENOENT ? CORRAL_NOT_FOUND : CORRAL_IO, "config file %s: %s",
+                         path, strerror(errno));
         return NULL;
     }
     enum { CFG_FILE_MAX = 4 << 20 };
@@ -753,10 +935,9 @@ cfg *cfg_load_file(const char *path, corral_error *err) {
         return NULL;
     }
     if (read_error || len > CFG_FILE_MAX) {
-        corral_error_set(err, read_error ? CORRAL_IO : CORRAL_INVALID_ARGUMENT,
-                         read_error ? "config file %s: read error"
-                                    : "config file %s: larger than 4 MiB",
-                         path);
+        corral_error_set(
+            err, read_error ? CORRAL_IO : CORRAL_INVALID_ARGUMENT,
+            read_error ? "config file %s: read error" : "config file %s: larger than 4 MiB", path);
         free(text);
         return NULL;
     }
@@ -842,21 +1023,21 @@ int cfg_find_default_file(char *buf, size_t size) {
 
 static void print_table(FILE *out, const cfg_table *t, const char *prefix) {
     static const char *const type_names[] = {
-        [CFG_TYPE_BYTES] = "bytes",      [CFG_TYPE_MEMORY] = "bytes|%",
-        [CFG_TYPE_INT] = "integer",      [CFG_TYPE_FLOAT] = "number",
-        [CFG_TYPE_DOUBLE] = "number",    [CFG_TYPE_BOOL] = "bool",
-        [CFG_TYPE_STRING] = "string",    [CFG_TYPE_PATH] = "path",
-        [CFG_TYPE_LOG_LEVEL] = "level",  [CFG_TYPE_PRIORITY] = "priority",
-        [CFG_TYPE_KV_TYPE] = "f16|f32",  [CFG_TYPE_ENDPOINTS] = "endpoints",
-        [CFG_TYPE_NAMES] = "names",      [CFG_TYPE_LIST] = "list",
+        [CFG_TYPE_BYTES] = "bytes",     [CFG_TYPE_MEMORY] = "bytes|%",
+        [CFG_TYPE_INT] = "integer",     [CFG_TYPE_FLOAT] = "number",
+        [CFG_TYPE_DOUBLE] = "number",   [CFG_TYPE_BOOL] = "bool",
+        [CFG_TYPE_STRING] = "string",   [CFG_TYPE_PATH] = "path",
+        [CFG_TYPE_LOG_LEVEL] = "level", [CFG_TYPE_PRIORITY] = "priority",
+        [CFG_TYPE_KV_TYPE] = "f16|f32", [CFG_TYPE_ENDPOINTS] = "endpoints",
+        [CFG_TYPE_POLICY] = "policy",   [CFG_TYPE_NAMES] = "names",
+        [CFG_TYPE_LIST] = "list",
     };
     for (size_t i = 0; i < t->n; i++) {
         const cfg_option *opt = &t->options[i];
         char path[128];
         snprintf(path, sizeof path, "%s%s", prefix, opt->path);
         fprintf(out, "  %-36s %-10s %s%s%s\n      %s\n", path, type_names[opt->type],
-                opt->required ? "required" : "default ",
-                opt->required ? "" : " ",
+                opt->required ? "required" : "default ", opt->required ? "" : " ",
                 opt->required ? "" : (opt->default_value ? opt->default_value : "(none)"),
                 opt->doc);
         if (opt->type == CFG_TYPE_LIST) {

@@ -42,46 +42,49 @@ typedef struct cfg_sampling {
 } cfg_sampling;
 
 typedef struct cfg_model {
-    char *name;             /* unique; what clients ask for */
-    char *path;             /* the GGUF file, absolute (relative paths resolve against the
-                               config file's directory) */
-    int64_t context;        /* KV positions per sequence; 0 = the model's own (capped at 4096) */
-    bool kv_f32;            /* kv_type: f32 instead of the default f16 */
-    cfg_priority priority;  /* class of requests that do not name one */
-    bool pin;               /* never unloaded to make room */
-    bool preload;           /* loaded at start instead of on first use */
-    char *chat_template;    /* template name overriding the file's; NULL = the file's */
+    char *name;            /* unique; what clients ask for */
+    char *path;            /* the GGUF file, absolute (relative paths resolve against the
+                              config file's directory) */
+    int64_t context;       /* KV positions per sequence; 0 = the model's own (capped at 4096) */
+    bool kv_f32;           /* kv_type: f32 instead of the default f16 */
+    cfg_priority priority; /* class of requests that do not name one */
+    bool pin;              /* never unloaded to make room */
+    bool preload;          /* loaded at start instead of on first use */
+    int64_t ttl_ms;        /* unload after this long unused (0: never) */
+    char *chat_template;   /* template name overriding the file's; NULL = the file's */
     cfg_sampling defaults;
-    int cfg_line;           /* where the entry starts, for messages */
+    int cfg_line; /* where the entry starts, for messages */
 } cfg_model;
 
 typedef struct cfg_app {
     char *name;
-    char **models;          /* models it may use; n_models == 0: all */
+    char **models; /* models it may use; n_models == 0: all */
     size_t n_models;
     cfg_priority max_priority; /* requests above it are lowered to it */
 } cfg_app;
 
 typedef struct cfg {
-    char *source_path;         /* the file this came from; NULL when built from defaults only */
-    char **listen;             /* endpoints to bind; n_listen == 0 means the default endpoint */
+    char *source_path; /* the file this came from; NULL when built from defaults only */
+    char **listen;     /* endpoints to bind; n_listen == 0 means the default endpoint */
     size_t n_listen;
     log_level log_level;
-    int64_t threads;           /* compute threads; 0 = physical cores */
+    int64_t threads; /* compute threads; 0 = physical cores */
     /* limits */
     uint64_t max_message_bytes;
-    int64_t queue_per_model;   /* requests waiting or running per model */
-    int64_t queue_per_app;     /* requests waiting or running per app */
-    int64_t active_per_model;  /* requests computed concurrently (interleaved) per model */
-    int64_t stall_timeout_ms;  /* a paused stream (client not reading) is cancelled after this */
-    int64_t peer_timeout_ms;   /* a silent client's requests are cancelled after this */
-    int64_t session_ttl_ms;    /* idle sessions are dropped after this */
+    int64_t queue_per_model;  /* requests waiting or running per model */
+    int64_t queue_per_app;    /* requests waiting or running per app */
+    int64_t active_per_model; /* requests computed concurrently (interleaved) per model */
+    int64_t stall_timeout_ms; /* a paused stream (client not reading) is cancelled after this */
+    int64_t peer_timeout_ms;  /* a silent client's requests are cancelled after this */
+    int64_t session_ttl_ms;   /* idle sessions are dropped after this */
     int64_t max_sessions;
-    int64_t prefill_chunk;     /* prompt tokens per scheduling step */
+    int64_t prefill_chunk;  /* prompt tokens per scheduling step */
+    int64_t memory_wait_ms; /* a request that finds no memory waits this long (or its deadline) */
     /* memory */
-    uint64_t memory_limit;     /* bytes; computed from memory.limit (bytes or % of RAM) */
+    uint64_t memory_limit; /* bytes; computed from memory.limit (bytes or % of RAM) */
     double high_watermark, low_watermark;
     char *swap_dir;
+    char *evict_policy; /* memory.policy: lru | lru-cost */
     /* models and apps */
     cfg_model *models;
     size_t n_models;

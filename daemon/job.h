@@ -36,38 +36,41 @@ struct sched_session;
 
 typedef struct job {
     /* Set by the server before sched_submit; read-only afterwards. */
-    uint64_t id;                 /* the client's request id */
-    uint8_t peer[256];           /* ZeroMQ routing identity of the client */
+    uint64_t id;       /* the client's request id */
+    uint8_t peer[256]; /* ZeroMQ routing identity of the client */
     size_t peer_len;
     char app[64];
-    Corral__V1__Request *req;    /* decoded request; owned (freed with the job) */
-    int64_t received_us;         /* monotonic */
-    int64_t deadline_us;         /* monotonic; 0 = none */
+    Corral__V1__Request *req; /* decoded request; owned (freed with the job) */
+    int64_t received_us;      /* monotonic */
+    int64_t deadline_us;      /* monotonic; 0 = none */
 
     /* Written by the server at any time, read by the scheduler. */
-    atomic_int cancel;           /* job_cancel */
-    atomic_int paused;           /* 1 while the client's pipe is full */
+    atomic_int cancel; /* job_cancel */
+    atomic_int paused; /* 1 while the client's pipe is full */
 
     /* Scheduler state. */
     struct sched_model *model;
     struct sched_session *session;
     cfg_priority priority;
-    bool started;                /* prompt tokenized, generator made */
-    bool counted;                /* counted in the model's and app's queue totals */
-    bool active;                 /* holds an active slot of its model */
-    int32_t *prompt;             /* prompt ids (whole prompt, session prefix included) */
+    bool started;    /* prompt tokenized, generator made */
+    bool counted;    /* counted in the model's and app's queue totals */
+    bool active;     /* holds an active slot of its model */
+    int32_t *prompt; /* prompt ids (whole prompt, session prefix included) */
     uint32_t n_prompt;
-    uint32_t n_prefilled;        /* prompt ids run so far (counting the reused prefix) */
-    uint32_t n_cached;           /* ids taken from the session's KV cache */
-    int32_t *generated;          /* generated ids, for sessions */
+    uint32_t n_prefilled; /* prompt ids run so far (counting the reused prefix) */
+    uint32_t n_cached;    /* ids taken from the session's KV cache */
+    int32_t *generated;   /* generated ids, for sessions */
     uint32_t n_generated, cap_generated;
-    struct kv_cache *kv;         /* the job's own cache, or the session's */
+    struct kv_cache *kv; /* the job's own cache, or the session's */
     generator *gen;
     uint32_t chunk_index;
-    char *text;                  /* non-streaming: the whole output */
+    char *text; /* non-streaming: the whole output */
     size_t text_len, text_cap;
     int64_t started_us, load_us, prefill_us, decode_us;
-    struct job *next;            /* scheduler queue link */
+    int64_t retry_at_us;          /* waiting for memory: do not try to start before this */
+    int64_t memory_wait_until_us; /* waiting for memory: give up at this time */
+    char wait_reason[384];        /* waiting for memory: what holds it (the eventual error) */
+    struct job *next;             /* scheduler queue link */
 } job;
 
 /* A message for the server to send: `data` is a packed Response to job's peer. When `final`, the

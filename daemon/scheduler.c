@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,45 +31,62 @@
 #include "corral/threadpool.h"
 #include "corral/tokenizer.h"
 #include "corral/version.h"
+#include "corral/evict.h"
+#include "mem.h"
+#include "swap.h"
 
 enum {
     MODEL_UNLOADED = CORRAL__V1__MODEL_STATE__MODEL_STATE_UNLOADED,
     MODEL_LOADING = CORRAL__V1__MODEL_STATE__MODEL_STATE_LOADING,
     MODEL_RESIDENT = CORRAL__V1__MODEL_STATE__MODEL_STATE_RESIDENT,
+    MODEL_SWAPPED = CORRAL__V1__MODEL_STATE__MODEL_STATE_SWAPPED,
 };
 
-#define DEFAULT_MAX_TOKENS 256
+/* Heap a model needs beyond its file mapping, reserved before loading it (scratch, tokenizer
+ * tables): MODEL_HEAP_RESERVE plus a 64th of the file. The accounting then measures the real
+ * figure, and the budget is rebalanced right after the load if the guess was short. */
+#define MODEL_HEAP_RESERVE (8ull << 20)
+/* How often a request that waits for memory tries again. */
+#define MEMORY_RETRY_US    50000
+
+#define DEFAULT_MAX_TOKENS  256
 #define DEFAULT_CONTEXT_CAP 4096
 
 typedef struct sched_model {
     char *name;
-    const cfg_model *cfg;  /* the current configuration entry */
-    bool removed;          /* dropped from the config: no new requests; unloaded when idle */
-    bool reload_pending;   /* its entry changed: unload when idle, next load uses the new one */
+    const cfg_model *cfg; /* the current configuration entry */
+    bool removed;         /* dropped from the config: no new requests; unloaded when idle */
+    bool reload_pending;  /* its entry changed: unload when idle, next load uses the new one */
     int state;
     model *m;
     model_runner *runner;
-    uint32_t context;      /* KV positions per sequence */
+    uint32_t context; /* KV positions per sequence */
     chat_template tmpl;
     bool pinned;
-    uint32_t n_queued;     /* jobs counted against queue_per_model (waiting or running) */
-    uint32_t n_active;     /* jobs holding KV state and taking turns */
+    uint32_t n_queued; /* jobs counted against queue_per_model (waiting or running) */
+    uint32_t n_active; /* jobs holding KV state and taking turns */
     uint32_t n_sessions;
     uint64_t served;
-    int64_t last_used_ms;  /* Unix time */
+    int64_t last_used_ms; /* Unix time */
     uint64_t swap_ins, swap_outs;
+    mem_owner *owner; /* its memory: a jemalloc arena and the weights' mapping */
+    int64_t load_us;  /* how long the last load took (reload cost) */
     struct sched_model *next;
 } sched_model;
 
+/* A conversation kept between requests. Its bookkeeping lives in the default arena (it outlives
+ * models); its KV cache belongs to its model's owner, or is on disk while `swapped`. */
 typedef struct sched_session {
     char id[128];
     char app[64];
     sched_model *model;
-    kv_cache *kv;
-    int32_t *tokens;       /* the ids whose keys and values are in kv, in order */
+    kv_cache *kv;    /* NULL while swapped out or not yet made */
+    bool swapped;    /* the cache is an image in the swap directory */
+    int32_t *tokens; /* the ids whose keys and values are in kv, in order */
     uint32_t n_tokens, cap_tokens;
-    job *busy;             /* the job using it, or NULL */
+    job *busy; /* the job using it, or NULL */
     int64_t last_used_us;
+    int64_t last_used_ms; /* Unix time, for the eviction policy */
     struct sched_session *next;
 } sched_session;
 
@@ -97,11 +115,13 @@ struct sched {
     /* Scheduler thread only. */
     int notify_fd;
     threadpool *pool; /* compute threads shared by every model (one step at a time) */
+    swap_dir *swap;   /* where session caches go when memory is needed */
+    const evict_policy *policy;
     cfg *config;
     cfg_keep *old_configs;
     sched_model *models;
     sched_session *sessions;
-    job *jobs;             /* Generate jobs, arrival order */
+    job *jobs; /* Generate jobs, arrival order */
     app_count *apps;
     int64_t started_ms;
     uint64_t served;
@@ -121,11 +141,14 @@ static int64_t unix_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- outbox ----------------------------------------------------------------------------------- */
+/* ---- outbox -----------------------------------------------------------------------------------
+ */
 
 /* Pack resp for j's peer and queue it; final marks the job's last message. */
 static void emit(sched *s, job *j, Corral__V1__Response *resp, bool final) {
     resp->id = j->id;
+    /* Messages outlive any model: never allocate them in a model's arena. */
+    const unsigned scope = mem_scope_default();
     outmsg *m = calloc(1, sizeof *m);
     size_t len = corral__v1__response__get_packed_size(resp);
     uint8_t *data = malloc(len ? len : 1);
@@ -133,7 +156,11 @@ static void emit(sched *s, job *j, Corral__V1__Response *resp, bool final) {
         /* Out of memory: the message is lost; a final one must still free the job. */
         log_error("out of memory queueing a response", LOG_UINT("id", j->id));
         free(data);
-        if (!m) return;
+        data = NULL;
+        if (!m) {
+            mem_scope_leave(scope);
+            return;
+        }
         len = 0;
     } else {
         corral__v1__response__pack(resp, data);
@@ -142,9 +169,12 @@ static void emit(sched *s, job *j, Corral__V1__Response *resp, bool final) {
     m->data = data;
     m->len = data ? len : 0;
     m->final = final;
+    mem_scope_leave(scope);
     pthread_mutex_lock(&s->mu);
-    if (s->out_tail) s->out_tail->next = m;
-    else s->out_head = m;
+    if (s->out_tail)
+        s->out_tail->next = m;
+    else
+        s->out_head = m;
     s->out_tail = m;
     pthread_mutex_unlock(&s->mu);
     uint64_t one = 1;
@@ -180,7 +210,8 @@ static void emit_ack(sched *s, job *j, const char *message) {
     emit(s, j, &r, true);
 }
 
-/* ---- models ----------------------------------------------------------------------------------- */
+/* ---- models -----------------------------------------------------------------------------------
+ */
 
 static sched_model *model_find(sched *s, const char *name) {
     for (sched_model *m = s->models; m; m = m->next)
@@ -188,87 +219,246 @@ static sched_model *model_find(sched *s, const char *name) {
     return NULL;
 }
 
-static void model_unload(sched *s, sched_model *sm) {
-    /* Sessions hold KV caches of the model: they go with it. */
-    for (sched_session **pp = &s->sessions; *pp;) {
-        sched_session *ss = *pp;
-        if (ss->model == sm && !ss->busy) {
-            *pp = ss->next;
-            kv_cache_destroy(&ss->kv);
-            free(ss->tokens);
-            free(ss);
-            sm->n_sessions--;
-        } else {
-            pp = &ss->next;
-        }
+/* ---- memory ------------------------------------------------------------------------------------
+ *
+ * Every resident model is a memory owner (mem.h): its weights' mapping plus its jemalloc arena,
+ * which holds its runner, the KV caches of its requests and sessions, and its requests' buffers.
+ * The budget is memory.limit. Before anything grows — a model loads, a request or a session gets
+ * a KV cache — make_room() checks the total: under high_watermark x limit nothing happens; above
+ * it, idle state is evicted in the policy's order (memory.policy) until the total fits under
+ * low_watermark x limit, so that the next requests find room without evicting again. Idle
+ * sessions' caches go to the swap directory; idle models are unmapped (their sessions' caches
+ * written out first). Pinned models and anything a request is using are never candidates. If the
+ * state still does not fit under the limit, the request waits (its deadline, else
+ * limits.memory_wait_ms) and then fails with RESOURCE_EXHAUSTED naming what holds the memory. */
+
+static uint64_t model_bytes(const sched_model *sm) {
+    return sm->owner ? mem_owner_bytes(sm->owner) : 0;
+}
+
+static uint64_t total_bytes(sched *s) {
+    uint64_t total = 0;
+    for (sched_model *sm = s->models; sm; sm = sm->next) total += model_bytes(sm);
+    return total;
+}
+
+static uint64_t file_bytes(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Bytes of a KV cache of n_ctx positions for a resident model. */
+static uint64_t kv_bytes_for(const sched_model *sm, uint32_t n_ctx) {
+    const model_hparams *hp = model_get_hparams(sm->m);
+    return 2ull * hp->n_layer * n_ctx * hp->n_head_kv * hp->head_dim * (sm->cfg->kv_f32 ? 4 : 2);
+}
+
+/* A KV cache charged to the model. */
+static kv_cache *model_kv_new(sched_model *sm, uint32_t n_ctx, corral_error *err) {
+    const unsigned scope = mem_scope_enter(sm->owner);
+    kv_cache *kv = kv_cache_new(sm->m, n_ctx, sm->cfg->kv_f32 ? KV_TYPE_F32 : KV_TYPE_F16, err);
+    mem_scope_leave(scope);
+    if (kv) mem_owner_add_known(sm->owner, (int64_t)kv_cache_bytes(kv));
+    return kv;
+}
+
+static void model_kv_free(sched_model *sm, kv_cache **kv) {
+    if (!*kv) return;
+    mem_owner_add_known(sm->owner, -(int64_t)kv_cache_bytes(*kv));
+    kv_cache_destroy(kv);
+}
+
+static bool model_busy(sched *s, const sched_model *sm) {
+    for (job *j = s->jobs; j; j = j->next)
+        if (j->model == sm) return true;
+    for (sched_session *ss = s->sessions; ss; ss = ss->next)
+        if (ss->model == sm && ss->busy) return true;
+    return false;
+}
+
+static swap_session_key session_key(const sched_session *ss) {
+    return (swap_session_key){.app = ss->app,
+                              .session = ss->id,
+                              .model_name = ss->model->name,
+                              .model_path = ss->model->cfg->path,
+                              .context = ss->model->context,
+                              .kv_f32 = ss->model->cfg->kv_f32};
+}
+
+/* Write an idle session's cache to the swap directory (or drop it when that is impossible: the
+ * client resends the conversation's text each turn, so only recomputation is lost) and free it. */
+static void session_swap_out(sched *s, sched_session *ss) {
+    if (!ss->kv) return;
+    const uint32_t n = kv_cache_n_pos(ss->kv);
+    ss->swapped = false;
+    if (n > 0) {
+        const swap_session_key key = session_key(ss);
+        corral_error err;
+        if (!swap_dir_writable(s->swap))
+            log_warn("session state dropped: the swap directory is not writable",
+                     LOG_STR("session", ss->id), LOG_STR("dir", swap_dir_path(s->swap)));
+        else if (swap_session_write(s->swap, &key, ss->kv, ss->tokens, n, &err) != CORRAL_OK)
+            log_warn("session state dropped: it could not be swapped out",
+                     LOG_STR("session", ss->id), LOG_STR("error", err.message));
+        else
+            ss->swapped = true;
     }
+    if (!ss->swapped) ss->n_tokens = 0;
+    log_debug("session swapped out", LOG_STR("session", ss->id), LOG_UINT("positions", n),
+              LOG_INT("on_disk", ss->swapped));
+    model_kv_free(ss->model, &ss->kv);
+}
+
+/* Release a resident model: its sessions' caches go to disk, its weights are unmapped, its arena
+ * destroyed. `state` is what it becomes: SWAPPED (evicted to make room, comes back on demand) or
+ * UNLOADED (asked for, or its ttl passed). The caller made sure no request uses it. */
+static void model_release(sched *s, sched_model *sm, int state) {
+    for (sched_session *ss = s->sessions; ss; ss = ss->next)
+        if (ss->model == sm) session_swap_out(s, ss);
     model_runner_destroy(&sm->runner);
     model_destroy(&sm->m);
-    if (sm->state != MODEL_UNLOADED) log_info("model unloaded", LOG_STR("model", sm->name));
-    sm->state = MODEL_UNLOADED;
+    mem_owner_destroy(&sm->owner);
+    if (sm->state == MODEL_RESIDENT) {
+        if (state == MODEL_SWAPPED) sm->swap_outs++;
+        log_info(state == MODEL_SWAPPED ? "model swapped out" : "model unloaded",
+                 LOG_STR("model", sm->name));
+    }
+    sm->state = state;
     sm->reload_pending = false;
+}
+
+/* A message listing what holds memory, for requests that cannot get room. */
+static void describe_holders(sched *s, char *out, size_t size) {
+    size_t len = (size_t)snprintf(
+        out, size, "memory limit %.1f MiB is held by:", s->config->memory_limit / 1048576.0);
+    int any = 0;
+    for (sched_model *sm = s->models; sm && len < size; sm = sm->next) {
+        if (!model_bytes(sm)) continue;
+        uint32_t running = 0;
+        for (job *j = s->jobs; j; j = j->next) running += j->model == sm && j->started;
+        len +=
+            (size_t)snprintf(out + len, size - len, "%s model '%s' %.1f MiB%s%s", any++ ? "," : "",
+                             sm->name, model_bytes(sm) / 1048576.0, sm->pinned ? " (pinned)" : "",
+                             running ? " (requests running)" : "");
+    }
+    if (!any && len < size) snprintf(out + len, size - len, " nothing evictable");
+}
+
+/* Make `need` more bytes fit (see the essay above). `protect` is never evicted (the model the
+ * room is for). Returns CORRAL_OK, or CORRAL_RESOURCE_EXHAUSTED with err naming the holders. */
+static corral_status make_room(sched *s, uint64_t need, const sched_model *protect,
+                               corral_error *err) {
+    const uint64_t limit = s->config->memory_limit;
+    const uint64_t high = (uint64_t)(s->config->high_watermark * (double)limit);
+    const uint64_t low = (uint64_t)(s->config->low_watermark * (double)limit);
+    if (need > limit)
+        return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                                "%.1f MiB are needed but memory.limit is %.1f MiB",
+                                need / 1048576.0, limit / 1048576.0);
+    uint64_t total = total_bytes(s);
+    if (total + need <= high) return CORRAL_OK;
+    const uint64_t target = need > low ? limit : low;
+    while (total + need > target) {
+        enum { MAX_CANDIDATES = 512 };
+        evict_candidate c[MAX_CANDIDATES];
+        int n = 0;
+        for (sched_session *ss = s->sessions; ss && n < MAX_CANDIDATES; ss = ss->next)
+            if (ss->kv && !ss->busy)
+                c[n++] = (evict_candidate){.kind = EVICT_KIND_SESSION,
+                                           .last_used_ms = ss->last_used_ms,
+                                           .bytes = kv_cache_bytes(ss->kv),
+                                           .reload_bytes = kv_cache_bytes(ss->kv),
+                                           .user = ss};
+        for (sched_model *sm = s->models; sm && n < MAX_CANDIDATES; sm = sm->next)
+            if (sm->state == MODEL_RESIDENT && !sm->pinned && sm != protect && !model_busy(s, sm))
+                c[n++] = (evict_candidate){.kind = EVICT_KIND_MODEL,
+                                           .last_used_ms = sm->last_used_ms,
+                                           .bytes = model_bytes(sm),
+                                           .reload_bytes = mem_owner_mapped_bytes(sm->owner),
+                                           .rebuild_us = 0,
+                                           .user = sm};
+        const int k = evict_pick(s->policy, c, n, unix_ms());
+        if (k < 0) break;
+        if (c[k].kind == EVICT_KIND_SESSION)
+            session_swap_out(s, c[k].user);
+        else
+            model_release(s, c[k].user, MODEL_SWAPPED);
+        total = total_bytes(s);
+    }
+    if (total + need <= limit) return CORRAL_OK;
+    char holders[CORRAL_ERROR_MESSAGE_MAX - 96];
+    describe_holders(s, holders, sizeof holders);
+    return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED, "no room for %.1f MiB: %s",
+                            need / 1048576.0, holders);
 }
 
 static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *load_us,
                                          corral_error *err) {
     if (sm->state == MODEL_RESIDENT) return CORRAL_OK;
+    const uint64_t file = file_bytes(sm->cfg->path);
+    const uint64_t need = file + MODEL_HEAP_RESERVE + file / 64;
+    corral_status st = make_room(s, need, sm, err);
+    if (st != CORRAL_OK) return st;
     const int64_t t0 = mono_us();
+    const int before = sm->state;
     sm->state = MODEL_LOADING;
+    sm->owner = mem_owner_new();
+    if (!sm->owner) {
+        sm->state = before;
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "model '%s': no memory owner", sm->name);
+    }
+    /* Everything the model allocates lives in its own arena. */
+    const unsigned scope = mem_scope_enter(sm->owner);
     model *m = model_load(sm->cfg->path, NULL, err);
+    model_runner *r = NULL;
+    uint32_t ctx = 0;
+    chat_template tmpl = CHAT_TEMPLATE_NONE;
     if (!m) {
-        sm->state = MODEL_UNLOADED;
-        return corral_error_prefix(err, "model '%s'", sm->name);
+        corral_error_prefix(err, "model '%s'", sm->name);
+    } else {
+        const model_hparams *hp = model_get_hparams(m);
+        ctx = (uint32_t)sm->cfg->context;
+        if (ctx == 0)
+            ctx = hp->n_ctx_train < DEFAULT_CONTEXT_CAP ? hp->n_ctx_train : DEFAULT_CONTEXT_CAP;
+        tmpl = prompt_file_chat_template(model_get_gguf(m));
+        corral_error why;
+        if (ctx > hp->n_ctx_train)
+            corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                             "model '%s': configured context %u exceeds the model's %u", sm->name,
+                             ctx, hp->n_ctx_train);
+        else if (sm->cfg->chat_template &&
+                 (tmpl = chat_template_from_name(sm->cfg->chat_template, &why)) ==
+                     CHAT_TEMPLATE_UNKNOWN)
+            corral_error_set(err, CORRAL_INVALID_ARGUMENT, "model '%s': %s", sm->name, why.message);
+        else if (!(r = model_runner_new(m, (uint32_t)s->config->prefill_chunk, s->pool, err)))
+            corral_error_prefix(err, "model '%s'", sm->name);
     }
-    const model_hparams *hp = model_get_hparams(m);
-    uint32_t ctx = (uint32_t)sm->cfg->context;
-    if (ctx == 0) ctx = hp->n_ctx_train < DEFAULT_CONTEXT_CAP ? hp->n_ctx_train : DEFAULT_CONTEXT_CAP;
-    if (ctx > hp->n_ctx_train) {
-        model_destroy(&m);
-        sm->state = MODEL_UNLOADED;
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "model '%s': configured context %u exceeds the model's %u",
-                                sm->name, ctx, hp->n_ctx_train);
-    }
-    model_runner *r = model_runner_new(m, (uint32_t)s->config->prefill_chunk, s->pool, err);
     if (!r) {
         model_destroy(&m);
-        sm->state = MODEL_UNLOADED;
-        return corral_error_prefix(err, "model '%s'", sm->name);
+        mem_scope_leave(scope);
+        mem_owner_destroy(&sm->owner);
+        sm->state = before;
+        return err->status;
     }
-    chat_template tmpl = prompt_file_chat_template(model_get_gguf(m));
-    if (sm->cfg->chat_template) {
-        corral_error why;
-        tmpl = chat_template_from_name(sm->cfg->chat_template, &why);
-        if (tmpl == CHAT_TEMPLATE_UNKNOWN) {
-            model_runner_destroy(&r);
-            model_destroy(&m);
-            sm->state = MODEL_UNLOADED;
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "model '%s': %s", sm->name,
-                                    why.message);
-        }
-    }
+    mem_scope_leave(scope);
+    mem_owner_set_mapped(sm->owner, gguf_file_size(model_get_gguf(m)));
     sm->m = m;
     sm->runner = r;
     sm->context = ctx;
     sm->tmpl = tmpl;
     sm->state = MODEL_RESIDENT;
-    const int64_t took = mono_us() - t0;
-    if (load_us) *load_us = took;
-    log_info("model loaded", LOG_STR("model", sm->name), LOG_STR("path", sm->cfg->path),
-             LOG_STR("arch", hp->arch), LOG_UINT("context", ctx),
-             LOG_STR("template", chat_template_name(tmpl)), LOG_F64("ms", took / 1000.0));
+    if (before == MODEL_SWAPPED) sm->swap_ins++;
+    sm->load_us = mono_us() - t0;
+    /* The reservation was a guess: if the model turned out bigger, make room now. */
+    corral_error ignored;
+    make_room(s, 0, sm, &ignored);
+    if (load_us) *load_us = sm->load_us;
+    log_info(before == MODEL_SWAPPED ? "model swapped in" : "model loaded",
+             LOG_STR("model", sm->name), LOG_STR("path", sm->cfg->path),
+             LOG_STR("arch", model_get_hparams(m)->arch), LOG_UINT("context", ctx),
+             LOG_STR("template", chat_template_name(tmpl)), LOG_F64("ms", sm->load_us / 1000.0),
+             LOG_UINT("bytes", model_bytes(sm)));
     return CORRAL_OK;
-}
-
-/* Memory a model holds: mapped weights, scratch and the KV caches of its sessions and jobs. */
-static uint64_t model_bytes(sched *s, const sched_model *sm) {
-    if (sm->state != MODEL_RESIDENT) return 0;
-    uint64_t bytes = model_weight_bytes(sm->m);
-    for (sched_session *ss = s->sessions; ss; ss = ss->next)
-        if (ss->model == sm) bytes += kv_cache_bytes(ss->kv);
-    for (job *j = s->jobs; j; j = j->next)
-        if (j->model == sm && j->kv && !j->session) bytes += kv_cache_bytes(j->kv);
-    return bytes;
 }
 
 /* Bring the model list in line with config c (at start and on reload). */
@@ -279,11 +469,11 @@ static void models_sync(sched *s, cfg *c) {
             sm->removed = true;
             continue;
         }
-        if (sm->cfg && (strcmp(sm->cfg->path, entry->path) != 0 ||
-                        sm->cfg->context != entry->context || sm->cfg->kv_f32 != entry->kv_f32 ||
-                        (sm->cfg->chat_template == NULL) != (entry->chat_template == NULL) ||
-                        (entry->chat_template &&
-                         strcmp(sm->cfg->chat_template, entry->chat_template) != 0)))
+        if (sm->cfg &&
+            (strcmp(sm->cfg->path, entry->path) != 0 || sm->cfg->context != entry->context ||
+             sm->cfg->kv_f32 != entry->kv_f32 ||
+             (sm->cfg->chat_template == NULL) != (entry->chat_template == NULL) ||
+             (entry->chat_template && strcmp(sm->cfg->chat_template, entry->chat_template) != 0)))
             sm->reload_pending = sm->state == MODEL_RESIDENT;
         sm->cfg = entry;
         sm->removed = false;
@@ -307,16 +497,24 @@ static void models_sync(sched *s, cfg *c) {
     }
 }
 
-/* ---- sessions --------------------------------------------------------------------------------- */
+/* ---- sessions ---------------------------------------------------------------------------------
+ */
 
+/* Forget a session entirely: its cache, its image on disk, its bookkeeping. */
 static void session_free(sched *s, sched_session *ss) {
     for (sched_session **pp = &s->sessions; *pp; pp = &(*pp)->next)
         if (*pp == ss) {
             *pp = ss->next;
             break;
         }
-    if (ss->model) ss->model->n_sessions--;
-    kv_cache_destroy(&ss->kv);
+    if (ss->model) {
+        ss->model->n_sessions--;
+        model_kv_free(ss->model, &ss->kv);
+        if (ss->swapped) {
+            const swap_session_key key = session_key(ss);
+            swap_session_discard(s->swap, &key);
+        }
+    }
     free(ss->tokens);
     free(ss);
 }
@@ -332,7 +530,7 @@ static void sessions_expire(sched *s) {
     const int64_t now = mono_us();
     for (sched_session *ss = s->sessions, *next; ss; ss = next) {
         next = ss->next;
-        if (!ss->busy && now - ss->last_used_us > s->config->session_ttl_ms * 1000) {
+        if (!ss->busy && now - ss->last_used_us > s->config->session_ttl_ms * 1000LL) {
             log_debug("session expired", LOG_STR("session", ss->id), LOG_STR("app", ss->app));
             session_free(s, ss);
         }
@@ -346,7 +544,8 @@ static void sessions_expire(sched *s) {
     }
 }
 
-/* ---- per-app accounting ------------------------------------------------------------------------ */
+/* ---- per-app accounting ------------------------------------------------------------------------
+ */
 
 static app_count *app_counter(sched *s, const char *app) {
     for (app_count *a = s->apps; a; a = a->next)
@@ -359,7 +558,8 @@ static app_count *app_counter(sched *s, const char *app) {
     return a;
 }
 
-/* ---- finishing jobs ---------------------------------------------------------------------------- */
+/* ---- finishing jobs ----------------------------------------------------------------------------
+ */
 
 /* Release everything the scheduler holds for j and unlink it from the job list. The final message
  * must be emitted by the caller right after (the job is freed by the server once sent). */
@@ -379,7 +579,10 @@ static void job_release(sched *s, job *j) {
         uint32_t total = j->n_prompt + j->n_generated;
         if (n > total) n = total;
         if (n > ss->cap_tokens) {
+            /* Session bookkeeping outlives models: the default arena. */
+            const unsigned scope = mem_scope_default();
             int32_t *grown = realloc(ss->tokens, n * sizeof *grown);
+            mem_scope_leave(scope);
             if (grown) {
                 ss->tokens = grown;
                 ss->cap_tokens = n;
@@ -393,11 +596,22 @@ static void job_release(sched *s, job *j) {
         kv_cache_truncate(ss->kv, n);
         ss->busy = NULL;
         ss->last_used_us = mono_us();
+        ss->last_used_ms = unix_ms();
         j->session = NULL;
         j->kv = NULL;
-    } else {
-        kv_cache_destroy(&j->kv);
+    } else if (j->kv) {
+        model_kv_free(j->model, &j->kv);
     }
+    /* Buffers allocated in the model's arena must go before the model can: the job itself is
+     * freed later, by the server. */
+    free(j->prompt);
+    free(j->generated);
+    free(j->text);
+    j->prompt = NULL;
+    j->generated = NULL;
+    j->text = NULL;
+    j->n_prompt = j->n_generated = j->cap_generated = 0;
+    j->text_len = j->text_cap = 0;
     if (j->model) {
         if (j->active) j->model->n_active--;
         if (j->counted) j->model->n_queued--;
@@ -462,7 +676,8 @@ static void finish_done(sched *s, job *j, Corral__V1__StopReason reason) {
     emit(s, j, &r, true);
 }
 
-/* ---- starting a Generate ----------------------------------------------------------------------- */
+/* ---- starting a Generate -----------------------------------------------------------------------
+ */
 
 /* Merge request, model defaults and engine defaults into generation parameters; validate. */
 static corral_status build_params(const job *j, const sched_model *sm, gen_params *gp,
@@ -471,10 +686,12 @@ static corral_status build_params(const job *j, const sched_model *sm, gen_param
     const cfg_sampling *d = &sm->cfg->defaults;
     *gp = gen_params_default();
     sampler_params *sp = &gp->sampling;
-#define PICK(field, req_field, cfg_field, cast)                                                    \
-    do {                                                                                           \
-        if (g->req_field) sp->field = (cast)g->req_field->value;                                   \
-        else if (d->has_##cfg_field) sp->field = (cast)d->cfg_field;                               \
+#define PICK(field, req_field, cfg_field, cast)    \
+    do {                                           \
+        if (g->req_field)                          \
+            sp->field = (cast)g->req_field->value; \
+        else if (d->has_##cfg_field)               \
+            sp->field = (cast)d->cfg_field;        \
     } while (0)
     PICK(temperature, temperature, temperature, float);
     PICK(top_k, top_k, top_k, int32_t);
@@ -486,12 +703,14 @@ static corral_status build_params(const job *j, const sched_model *sm, gen_param
     PICK(penalty_last_n, penalty_last_n, penalty_last_n, int32_t);
 #undef PICK
     /* No seed: a fresh one, so that two requests do not sample alike by accident. */
-    sp->seed = g->seed ? g->seed->value
-                       : ((uint64_t)mono_us() * 0x9E3779B97F4A7C15ull) ^ (j->id << 17) ^ j->received_us;
+    sp->seed = g->seed
+                   ? g->seed->value
+                   : ((uint64_t)mono_us() * 0x9E3779B97F4A7C15ull) ^ (j->id << 17) ^ j->received_us;
     corral_status st = sampler_validate_params(sp, err);
     if (st != CORRAL_OK) return st;
-    uint64_t mt = g->max_tokens ? g->max_tokens->value
-                                : (d->has_max_tokens ? (uint64_t)d->max_tokens : DEFAULT_MAX_TOKENS);
+    uint64_t mt = g->max_tokens
+                      ? g->max_tokens->value
+                      : (d->has_max_tokens ? (uint64_t)d->max_tokens : DEFAULT_MAX_TOKENS);
     if (mt == 0)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "max_tokens must be at least 1");
     if (mt > sm->context)
@@ -513,11 +732,12 @@ static corral_status build_params(const job *j, const sched_model *sm, gen_param
 }
 
 /* Tokenize the request's prompt or chat for the model. */
-static corral_status tokenize_request(const job *j, const sched_model *sm, int32_t **ids,
-                                      size_t *n, corral_error *err) {
+static corral_status tokenize_request(const job *j, const sched_model *sm, int32_t **ids, size_t *n,
+                                      corral_error *err) {
     const Corral__V1__Generate *g = j->req->generate;
     const tokenizer *tok = model_get_tokenizer(sm->m);
-    if (g->n_messages == 0) return prompt_tokenize_text(tok, g->prompt, strlen(g->prompt), ids, n, err);
+    if (g->n_messages == 0)
+        return prompt_tokenize_text(tok, g->prompt, strlen(g->prompt), ids, n, err);
     chat_template tmpl = sm->tmpl;
     if (g->template_[0]) {
         tmpl = chat_template_from_name(g->template_, err);
@@ -533,6 +753,8 @@ static corral_status tokenize_request(const job *j, const sched_model *sm, int32
 }
 
 /* Find or create the job's session; checks ownership and the model. */
+/* Find the job's session, or make one (its image on disk, from before a restart, is picked up);
+ * checks ownership and the model. Session bookkeeping lives in the default arena. */
 static corral_status session_attach(sched *s, job *j, corral_error *err) {
     const char *id = j->req->generate->session;
     for (sched_session *ss = s->sessions; ss; ss = ss->next) {
@@ -546,12 +768,14 @@ static corral_status session_attach(sched *s, job *j, corral_error *err) {
                                         "session '%s' is in use with model '%s'", id,
                                         ss->model->name);
             /* Moving a session to another model starts it afresh. */
+            if (ss->swapped) {
+                const swap_session_key key = session_key(ss);
+                swap_session_discard(s->swap, &key);
+                ss->swapped = false;
+            }
+            model_kv_free(ss->model, &ss->kv);
             ss->model->n_sessions--;
-            kv_cache_destroy(&ss->kv);
             ss->n_tokens = 0;
-            ss->model = NULL;
-        }
-        if (!ss->model) {
             ss->model = j->model;
             j->model->n_sessions++;
         }
@@ -560,12 +784,17 @@ static corral_status session_attach(sched *s, job *j, corral_error *err) {
     }
     if (strlen(id) >= sizeof(((sched_session *)0)->id))
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "session id longer than 127 bytes");
+    const unsigned scope = mem_scope_default();
     sched_session *ss = calloc(1, sizeof *ss);
+    mem_scope_leave(scope);
     if (!ss) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     snprintf(ss->id, sizeof ss->id, "%s", id);
     snprintf(ss->app, sizeof ss->app, "%s", j->app);
     ss->model = j->model;
     ss->last_used_us = mono_us();
+    ss->last_used_ms = unix_ms();
+    const swap_session_key key = session_key(ss);
+    ss->swapped = swap_session_exists(s->swap, &key);
     j->model->n_sessions++;
     ss->next = s->sessions;
     s->sessions = ss;
@@ -573,34 +802,82 @@ static corral_status session_attach(sched *s, job *j, corral_error *err) {
     return CORRAL_OK;
 }
 
-/* Everything before the first compute step: model, parameters, prompt, cache, generator. */
-static corral_status job_start(sched *s, job *j, corral_error *err) {
+/* Bring a swapped session's cache back (kv is allocated, empty). A bad or stale image is
+ * discarded with a warning and the session starts again from the request's text: the request
+ * still succeeds, it just prefills more. */
+static void session_swap_in(sched *s, sched_session *ss) {
+    const swap_session_key key = session_key(ss);
+    int32_t *tokens = NULL;
+    uint32_t n = 0;
+    corral_error err;
+    const unsigned scope = mem_scope_default();
+    corral_status st = swap_session_read(s->swap, &key, ss->kv, &tokens, &n, &err);
+    mem_scope_leave(scope);
+    ss->swapped = false;
+    if (st != CORRAL_OK) {
+        log_warn("session image discarded; the conversation is recomputed",
+                 LOG_STR("session", ss->id), LOG_STR("error", err.message));
+        ss->n_tokens = 0;
+        return;
+    }
+    free(ss->tokens);
+    ss->tokens = tokens;
+    ss->cap_tokens = ss->n_tokens = n;
+    log_debug("session swapped in", LOG_STR("session", ss->id), LOG_UINT("positions", n));
+}
+
+/* Everything before the first compute step: model, parameters, prompt, cache, generator.
+ * Returns CORRAL_OK, an error for the client, or — with *wait set — CORRAL_RESOURCE_EXHAUSTED
+ * when memory cannot be found now (err says what holds it) and the job should wait. A job that
+ * waits keeps nothing from the attempt. */
+static corral_status job_start(sched *s, job *j, bool *wait, corral_error *err) {
     sched_model *sm = j->model;
-    j->started_us = mono_us();
+    *wait = false;
     corral_status st = model_ensure_loaded(s, sm, &j->load_us, err);
+    if (st == CORRAL_RESOURCE_EXHAUSTED) *wait = true;
     if (st != CORRAL_OK) return st;
     gen_params gp;
     uint32_t max_tokens = 0;
     if ((st = build_params(j, sm, &gp, &max_tokens, err)) != CORRAL_OK) return st;
-    size_t n_prompt = 0;
-    if ((st = tokenize_request(j, sm, &j->prompt, &n_prompt, err)) != CORRAL_OK) return st;
-    if (n_prompt == 0)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "the prompt is empty and model '%s' adds no BOS token", sm->name);
-    if (n_prompt >= sm->context)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "the prompt has %zu tokens; the context of model '%s' holds %u",
-                                n_prompt, sm->name, sm->context);
-    j->n_prompt = (uint32_t)n_prompt;
-    j->cap_generated = max_tokens;
-    j->generated = malloc(max_tokens * sizeof *j->generated);
-    if (!j->generated) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
 
-    const kv_type kvt = sm->cfg->kv_f32 ? KV_TYPE_F32 : KV_TYPE_F16;
-    if (j->req->generate->session[0]) {
-        if ((st = session_attach(s, j, err)) != CORRAL_OK) return st;
-        sched_session *ss = j->session;
-        if (!ss->kv && !(ss->kv = kv_cache_new(sm->m, sm->context, kvt, err))) return err->status;
+    const unsigned scope = mem_scope_enter(sm->owner);
+    size_t n_prompt = 0;
+    st = tokenize_request(j, sm, &j->prompt, &n_prompt, err);
+    if (st == CORRAL_OK && n_prompt == 0)
+        st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                              "the prompt is empty and model '%s' adds no BOS token", sm->name);
+    if (st == CORRAL_OK && n_prompt >= sm->context)
+        st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                              "the prompt has %zu tokens; the context of model '%s' holds %u",
+                              n_prompt, sm->name, sm->context);
+    j->n_prompt = (uint32_t)n_prompt;
+    if (st == CORRAL_OK) {
+        j->cap_generated = max_tokens;
+        j->generated = malloc(max_tokens * sizeof *j->generated);
+        if (!j->generated) st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    }
+    if (st == CORRAL_OK && j->req->generate->session[0]) st = session_attach(s, j, err);
+
+    sched_session *ss = j->session;
+    if (st == CORRAL_OK && (!ss || !ss->kv)) {
+        /* A new cache: the session's whole context, or just enough for this request. */
+        uint32_t positions = sm->context;
+        if (!ss && j->n_prompt + max_tokens < positions) positions = j->n_prompt + max_tokens;
+        st = make_room(s, kv_bytes_for(sm, positions), sm, err);
+        if (st == CORRAL_RESOURCE_EXHAUSTED) {
+            *wait = true;
+        } else if (st == CORRAL_OK) {
+            kv_cache *kv = model_kv_new(sm, positions, err);
+            if (!kv)
+                st = err->status;
+            else if (ss)
+                ss->kv = kv;
+            else
+                j->kv = kv;
+            if (kv && ss && ss->swapped) session_swap_in(s, ss);
+        }
+    }
+    if (st == CORRAL_OK && ss) {
         /* Reuse the longest prefix the cache already holds; the last prompt token always runs
          * again so that its logits are fresh. */
         uint32_t common = 0;
@@ -614,20 +891,33 @@ static corral_status job_start(sched *s, job *j, corral_error *err) {
         j->kv = ss->kv;
         j->n_cached = common;
         j->n_prefilled = common;
-    } else {
-        /* A cache just big enough for this request. */
-        uint32_t need = j->n_prompt + max_tokens;
-        if (need > sm->context) need = sm->context;
-        if (!(j->kv = kv_cache_new(sm->m, need, kvt, err))) return err->status;
     }
-    j->gen = gen_new(sm->m, sm->runner, j->kv, &gp, err);
-    if (!j->gen) return err->status;
+    if (st == CORRAL_OK) {
+        j->gen = gen_new(sm->m, sm->runner, j->kv, &gp, err);
+        if (!j->gen) st = err->status;
+    }
+    mem_scope_leave(scope);
+    if (st != CORRAL_OK) {
+        /* Keep nothing: the job either fails or tries again from scratch. */
+        if (j->kv && !j->session) model_kv_free(sm, &j->kv);
+        j->kv = NULL;
+        if (j->session && j->session->busy == j) j->session->busy = NULL;
+        j->session = NULL;
+        free(j->prompt);
+        free(j->generated);
+        j->prompt = j->generated = NULL;
+        j->n_prompt = j->cap_generated = 0;
+        j->n_cached = j->n_prefilled = 0;
+        return st;
+    }
     j->started = true;
+    j->started_us = mono_us();
     sm->last_used_ms = unix_ms();
     return CORRAL_OK;
 }
 
-/* ---- one step ----------------------------------------------------------------------------------- */
+/* ---- one step -----------------------------------------------------------------------------------
+ */
 
 static void append_text(job *j, const char *text, size_t len) {
     if (j->text_len + len + 1 > j->text_cap) {
@@ -646,14 +936,44 @@ static Corral__V1__StopReason stop_reason_of(gen_stop stop) {
     return (Corral__V1__StopReason)stop; /* the numbers agree by design (corral.proto) */
 }
 
+/* Step a job whose model is resident and which holds its cache: bound to the model's arena. */
+static void job_step_started(sched *s, job *j);
+
 static void job_step(sched *s, job *j) {
     corral_error err = {0};
     if (!j->started) {
-        if (job_start(s, j, &err) != CORRAL_OK) {
-            finish_error(s, j, err.status, "%s", err.message);
+        bool wait;
+        if (job_start(s, j, &wait, &err) != CORRAL_OK) {
+            if (!wait) {
+                finish_error(s, j, err.status, "%s", err.message);
+                return;
+            }
+            /* No room now: give the active slot back and try again a little later, until the
+             * deadline (or limits.memory_wait_ms) runs out. */
+            const int64_t now = mono_us();
+            if (!j->memory_wait_until_us)
+                j->memory_wait_until_us = j->deadline_us
+                                              ? j->deadline_us
+                                              : j->received_us + s->config->memory_wait_ms * 1000LL;
+            j->retry_at_us = now + MEMORY_RETRY_US;
+            /* Keep the message (it is the eventual error), cut to the job's buffer. */
+            const size_t len = strnlen(err.message, sizeof j->wait_reason - 1);
+            memcpy(j->wait_reason, err.message, len);
+            j->wait_reason[len] = '\0';
+            if (j->active) {
+                j->active = false;
+                j->model->n_active--;
+            }
             return;
         }
     }
+    const unsigned scope = mem_scope_enter(j->model->owner);
+    job_step_started(s, j);
+    mem_scope_leave(scope);
+}
+
+static void job_step_started(sched *s, job *j) {
+    corral_error err = {0};
     j->model->last_used_ms = unix_ms();
     if (j->n_prefilled < j->n_prompt) {
         uint32_t n = j->n_prompt - j->n_prefilled;
@@ -709,13 +1029,16 @@ static void job_step(sched *s, job *j) {
     if (t.stop != GEN_STOP_NONE) finish_done(s, j, stop_reason_of(t.stop));
 }
 
-/* ---- quick requests ----------------------------------------------------------------------------- */
+/* ---- quick requests -----------------------------------------------------------------------------
+ */
 
-static void fill_model_status(sched *s, sched_model *sm, Corral__V1__ModelStatus *ms) {
+static void fill_model_status(sched_model *sm, Corral__V1__ModelStatus *ms) {
     corral__v1__model_status__init(ms);
     ms->name = sm->name;
     ms->state = (Corral__V1__ModelState)sm->state;
-    ms->bytes = model_bytes(s, sm);
+    ms->bytes = model_bytes(sm);
+    ms->preload = sm->cfg->preload;
+    ms->ttl_ms = (uint64_t)sm->cfg->ttl_ms;
     ms->last_used_ms = (uint64_t)sm->last_used_ms;
     ms->queue_depth = sm->n_queued - sm->n_active;
     ms->active = sm->n_active;
@@ -748,11 +1071,11 @@ static void answer_status(sched *s, job *j) {
     uint32_t active = 0, queued = 0;
     for (sched_model *sm = s->models; sm; sm = sm->next) {
         if (sm->removed) continue;
-        total += model_bytes(s, sm);
+        total += model_bytes(sm);
         active += sm->n_active;
         queued += sm->n_queued - sm->n_active;
         if (want[0] && strcmp(want, sm->name) != 0) continue;
-        fill_model_status(s, sm, &items[k]);
+        fill_model_status(sm, &items[k]);
         ptrs[k] = &items[k];
         k++;
     }
@@ -798,8 +1121,8 @@ static void answer_list(sched *s, job *j) {
         mi->path = sm->cfg->path;
         mi->arch = sm->m ? (char *)model_get_hparams(sm->m)->arch : (char *)"";
         mi->context = sm->state == MODEL_RESIDENT ? sm->context : (uint32_t)sm->cfg->context;
-        const char *tn = sm->state == MODEL_RESIDENT ? chat_template_name(sm->tmpl)
-                                                     : sm->cfg->chat_template;
+        const char *tn =
+            sm->state == MODEL_RESIDENT ? chat_template_name(sm->tmpl) : sm->cfg->chat_template;
         mi->chat_template = (char *)(tn ? tn : "");
         mi->state = (Corral__V1__ModelState)sm->state;
         mi->pinned = sm->pinned;
@@ -852,7 +1175,8 @@ static void answer_tokenize(sched *s, job *j) {
                  : corral_error_set(&err, CORRAL_OUT_OF_MEMORY, "out of memory");
     }
     char **pieces = st == CORRAL_OK ? calloc(n ? n : 1, sizeof *pieces) : NULL;
-    if (st == CORRAL_OK && !pieces) st = corral_error_set(&err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    if (st == CORRAL_OK && !pieces)
+        st = corral_error_set(&err, CORRAL_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; st == CORRAL_OK && i < n; i++) {
         size_t len;
         const char *p = tok_token_text(tok, ids[i], &len);
@@ -882,22 +1206,23 @@ static void answer_tokenize(sched *s, job *j) {
     free(ids);
 }
 
-static bool model_busy(sched *s, const sched_model *sm) {
-    for (job *j = s->jobs; j; j = j->next)
-        if (j->model == sm) return true;
-    for (sched_session *ss = s->sessions; ss; ss = ss->next)
-        if (ss->model == sm && ss->busy) return true;
-    return false;
-}
-
 static void answer_admin(sched *s, job *j) {
     const char *name = "";
     switch (j->req->body_case) {
-        case CORRAL__V1__REQUEST__BODY_LOAD: name = j->req->load->model; break;
-        case CORRAL__V1__REQUEST__BODY_UNLOAD: name = j->req->unload->model; break;
-        case CORRAL__V1__REQUEST__BODY_PIN: name = j->req->pin->model; break;
-        case CORRAL__V1__REQUEST__BODY_UNPIN: name = j->req->unpin->model; break;
-        default: break;
+        case CORRAL__V1__REQUEST__BODY_LOAD:
+            name = j->req->load->model;
+            break;
+        case CORRAL__V1__REQUEST__BODY_UNLOAD:
+            name = j->req->unload->model;
+            break;
+        case CORRAL__V1__REQUEST__BODY_PIN:
+            name = j->req->pin->model;
+            break;
+        case CORRAL__V1__REQUEST__BODY_UNPIN:
+            name = j->req->unpin->model;
+            break;
+        default:
+            break;
     }
     sched_model *sm = resolve_model(s, j, name);
     if (!sm) return;
@@ -920,7 +1245,7 @@ static void answer_admin(sched *s, job *j) {
                            sm->name);
                 return;
             }
-            model_unload(s, sm);
+            model_release(s, sm, MODEL_UNLOADED);
             snprintf(message, sizeof message, "model '%s' unloaded", sm->name);
             break;
         case CORRAL__V1__REQUEST__BODY_PIN:
@@ -931,7 +1256,8 @@ static void answer_admin(sched *s, job *j) {
             sm->pinned = false;
             snprintf(message, sizeof message, "model '%s' unpinned", sm->name);
             break;
-        default: return;
+        default:
+            return;
     }
     emit_ack(s, j, message);
 }
@@ -1003,21 +1329,32 @@ static void admit_generate(sched *s, job *j) {
 
 static void dispatch(sched *s, job *j) {
     switch (j->req->body_case) {
-        case CORRAL__V1__REQUEST__BODY_GENERATE: admit_generate(s, j); break;
-        case CORRAL__V1__REQUEST__BODY_STATUS: answer_status(s, j); break;
-        case CORRAL__V1__REQUEST__BODY_LIST_MODELS: answer_list(s, j); break;
-        case CORRAL__V1__REQUEST__BODY_TOKENIZE: answer_tokenize(s, j); break;
+        case CORRAL__V1__REQUEST__BODY_GENERATE:
+            admit_generate(s, j);
+            break;
+        case CORRAL__V1__REQUEST__BODY_STATUS:
+            answer_status(s, j);
+            break;
+        case CORRAL__V1__REQUEST__BODY_LIST_MODELS:
+            answer_list(s, j);
+            break;
+        case CORRAL__V1__REQUEST__BODY_TOKENIZE:
+            answer_tokenize(s, j);
+            break;
         case CORRAL__V1__REQUEST__BODY_LOAD:
         case CORRAL__V1__REQUEST__BODY_UNLOAD:
         case CORRAL__V1__REQUEST__BODY_PIN:
-        case CORRAL__V1__REQUEST__BODY_UNPIN: answer_admin(s, j); break;
+        case CORRAL__V1__REQUEST__BODY_UNPIN:
+            answer_admin(s, j);
+            break;
         default:
             emit_error(s, j, CORRAL_INTERNAL, "the scheduler cannot handle this request");
             break;
     }
 }
 
-/* ---- choosing the next step ------------------------------------------------------------------- */
+/* ---- choosing the next step -------------------------------------------------------------------
+ */
 
 /* End jobs that were cancelled or ran out of time. */
 static void reap(sched *s) {
@@ -1027,22 +1364,24 @@ static void reap(sched *s) {
         const int why = atomic_load(&j->cancel);
         if (why != JOB_CANCEL_NONE) {
             if (why == JOB_CANCEL_SHUTDOWN || !j->started) {
-                finish_error(s, j, why == JOB_CANCEL_SHUTDOWN ? CORRAL_UNAVAILABLE : CORRAL_CANCELLED,
-                             why == JOB_CANCEL_SHUTDOWN ? "corrald is shutting down"
-                             : why == JOB_CANCEL_STALLED
-                                 ? "the client stopped reading its stream"
-                                 : "cancelled before it started");
+                finish_error(s, j,
+                             why == JOB_CANCEL_SHUTDOWN ? CORRAL_UNAVAILABLE : CORRAL_CANCELLED,
+                             why == JOB_CANCEL_SHUTDOWN  ? "corrald is shutting down"
+                             : why == JOB_CANCEL_STALLED ? "the client stopped reading its stream"
+                                                         : "cancelled before it started");
             } else {
                 gen_token t;
                 gen_finish(j->gen, GEN_STOP_NONE, &t);
                 if (t.len && !j->req->generate->stream) append_text(j, t.text, t.len);
                 finish_done(s, j, CORRAL__V1__STOP_REASON__STOP_REASON_CANCELLED);
             }
+        } else if (!j->started && j->memory_wait_until_us && now > j->memory_wait_until_us) {
+            finish_error(s, j, CORRAL_RESOURCE_EXHAUSTED, "%s", j->wait_reason);
         } else if (j->deadline_us && now > j->deadline_us) {
             finish_error(s, j, CORRAL_DEADLINE_EXCEEDED,
                          "deadline of %u ms passed while the request was %s",
                          j->req->generate->deadline_ms,
-                         !j->started ? "queued"
+                         !j->started                    ? "queued"
                          : j->n_prefilled < j->n_prompt ? "reading the prompt"
                                                         : "generating");
         }
@@ -1053,6 +1392,7 @@ static void reap(sched *s) {
 static bool runnable(sched *s, job *j) {
     if (atomic_load(&j->paused)) return false;
     if (j->started) return true;
+    if (j->retry_at_us && mono_us() < j->retry_at_us) return false;
     sched_model *sm = j->model;
     if (sm->reload_pending && model_busy(s, sm)) return false;
     /* A session is used by one request at a time. */
@@ -1061,7 +1401,8 @@ static bool runnable(sched *s, job *j) {
         for (sched_session *ss = s->sessions; ss; ss = ss->next)
             if (strcmp(ss->id, sid) == 0 && ss->busy && ss->busy != j) return false;
     /* Realtime requests always start; others wait for an active slot. */
-    return j->priority == CFG_PRIORITY_REALTIME || sm->n_active < (uint32_t)s->config->active_per_model;
+    return j->priority == CFG_PRIORITY_REALTIME ||
+           sm->n_active < (uint32_t)s->config->active_per_model;
 }
 
 /* The first runnable job of the highest class in the list. Stepped jobs move to the end of the
@@ -1075,10 +1416,12 @@ static job *pick(sched *s) {
     return best;
 }
 
-/* ---- the thread ----------------------------------------------------------------------------------- */
+/* ---- the thread
+ * ----------------------------------------------------------------------------------- */
 
 static void *sched_main(void *arg) {
     sched *s = arg;
+    mem_thread_init();
     for (;;) {
         pthread_mutex_lock(&s->mu);
         job *inbox = s->inbox_head;
@@ -1098,6 +1441,7 @@ static void *sched_main(void *arg) {
                 keep->next = s->old_configs;
                 s->old_configs = keep;
                 s->config = reload;
+                s->policy = evict_policy_find(reload->evict_policy);
                 models_sync(s, reload);
                 log_info("configuration reloaded", LOG_UINT("models", reload->n_models));
             } else {
@@ -1113,10 +1457,15 @@ static void *sched_main(void *arg) {
             for (job *j = s->jobs; j; j = j->next) atomic_store(&j->cancel, JOB_CANCEL_SHUTDOWN);
         reap(s);
         sessions_expire(s);
-        for (sched_model *sm = s->models; sm; sm = sm->next)
-            if ((sm->removed || sm->reload_pending) && sm->state == MODEL_RESIDENT &&
-                !model_busy(s, sm))
-                model_unload(s, sm);
+        const int64_t now_ms = unix_ms();
+        for (sched_model *sm = s->models; sm; sm = sm->next) {
+            if (sm->state != MODEL_RESIDENT || model_busy(s, sm)) continue;
+            /* Gone from the config or changed: unload now that it is idle. */
+            if (sm->removed || sm->reload_pending) model_release(s, sm, MODEL_UNLOADED);
+            /* Keep-alive ran out: give the memory back to the machine. */
+            else if (sm->cfg->ttl_ms && !sm->pinned && now_ms - sm->last_used_ms > sm->cfg->ttl_ms)
+                model_release(s, sm, MODEL_UNLOADED);
+        }
 
         job *j = pick(s);
         if (j) {
@@ -1163,7 +1512,8 @@ static void *sched_main(void *arg) {
     return NULL;
 }
 
-/* ---- public ------------------------------------------------------------------------------------- */
+/* ---- public -------------------------------------------------------------------------------------
+ */
 
 sched *sched_new(cfg *c, int notify_fd, corral_error *err) {
     sched *s = calloc(1, sizeof *s);
@@ -1177,6 +1527,22 @@ sched *sched_new(cfg *c, int notify_fd, corral_error *err) {
     s->notify_fd = notify_fd;
     s->config = c;
     s->started_ms = unix_ms();
+    s->policy = evict_policy_find(c->evict_policy);
+    mem_thread_init(); /* preloads below allocate for models from this thread */
+    swap_scan_report scan;
+    s->swap = swap_dir_open(c->swap_dir, c->session_ttl_ms, &scan);
+    if (!s->swap) {
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+        sched_destroy(&s);
+        return NULL;
+    }
+    log_info("memory", LOG_F64("limit_mib", c->memory_limit / 1048576.0),
+             LOG_F64("high_watermark", c->high_watermark),
+             LOG_F64("low_watermark", c->low_watermark), LOG_STR("policy", s->policy->name),
+             LOG_STR("swap_dir", c->swap_dir), LOG_INT("swap_writable", swap_dir_writable(s->swap)),
+             LOG_INT("exact_accounting", mem_accounting_exact()),
+             LOG_UINT("temp_removed", scan.temp_removed), LOG_UINT("images_kept", scan.images_kept),
+             LOG_UINT("images_removed", scan.images_removed));
     s->pool = threadpool_new((uint32_t)c->threads, err);
     if (!s->pool) {
         sched_destroy(&s);
@@ -1202,8 +1568,10 @@ sched *sched_new(cfg *c, int notify_fd, corral_error *err) {
 void sched_submit(sched *s, job *j) {
     j->next = NULL;
     pthread_mutex_lock(&s->mu);
-    if (s->inbox_tail) s->inbox_tail->next = j;
-    else s->inbox_head = j;
+    if (s->inbox_tail)
+        s->inbox_tail->next = j;
+    else
+        s->inbox_head = j;
     s->inbox_tail = j;
     s->idle = false;
     pthread_cond_signal(&s->cv);
@@ -1265,13 +1633,25 @@ void sched_destroy(sched **ps) {
         free(m->data);
         free(m);
     }
-    while (s->sessions) session_free(s, s->sessions);
+    /* Conversations survive a restart: their caches go to the swap directory, whose images the
+     * next corrald picks up when the sessions continue. */
+    while (s->sessions) {
+        sched_session *ss = s->sessions;
+        s->sessions = ss->next;
+        if (ss->model) {
+            session_swap_out(s, ss);
+            ss->model->n_sessions--;
+        }
+        free(ss->tokens);
+        free(ss);
+    }
     for (sched_model *sm = s->models, *next; sm; sm = next) {
         next = sm->next;
-        model_unload(s, sm);
+        model_release(s, sm, MODEL_UNLOADED);
         free(sm->name);
         free(sm);
     }
+    swap_dir_destroy(&s->swap);
     threadpool_destroy(&s->pool);
     for (app_count *a = s->apps, *next; a; a = next) {
         next = a->next;

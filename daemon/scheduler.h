@@ -1,6 +1,6 @@
 /*
- * scheduler.h — corrald's scheduler: the compute thread, the models it serves, the sessions it keeps,
- * and the order in which requests get the CPU.
+ * scheduler.h — corrald's scheduler: the compute thread, the models it serves, the sessions it
+ * keeps, and the order in which requests get the CPU.
  *
  * Every request that needs a model (Generate, Tokenize, Load/Unload/Pin/Unpin) and the read-only
  * ones (Status, ListModels) arrive as jobs through sched_submit(); answers leave through the

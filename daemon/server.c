@@ -71,7 +71,8 @@ static int64_t mono_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* ---- setup ------------------------------------------------------------------------------------ */
+/* ---- setup ------------------------------------------------------------------------------------
+ */
 
 static corral_status server_bind(server *s, const char *endpoint, corral_error *err) {
     if (s->n_endpoints == SERVER_MAX_ENDPOINTS)
@@ -157,13 +158,13 @@ const char *server_endpoint(const server *s, size_t i) {
     return i < s->n_endpoints ? s->endpoints[i] : NULL;
 }
 
-/* ---- sending ---------------------------------------------------------------------------------- */
+/* ---- sending ----------------------------------------------------------------------------------
+ */
 
 /* Send one packed Response to a peer without blocking: 0, or the zmq errno. */
 static int send_to(server *s, const uint8_t *peer_id, size_t peer_len, const uint8_t *data,
                    size_t len) {
-    if (zmq_send(s->router, peer_id, peer_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return zmq_errno();
+    if (zmq_send(s->router, peer_id, peer_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return zmq_errno();
     /* The identity frame was accepted, so the pipe had room: the payload follows it. */
     if (zmq_send(s->router, data, len, ZMQ_DONTWAIT) < 0) return zmq_errno();
     return 0;
@@ -180,8 +181,9 @@ static void send_response(server *s, const uint8_t *peer_id, size_t peer_len,
     }
     corral__v1__response__pack(resp, buf);
     int rc = send_to(s, peer_id, peer_len, buf, len);
-    if (rc) log_debug("response not delivered", LOG_STR("reason", zmq_strerror(rc)),
-                      LOG_UINT("id", resp->id));
+    if (rc)
+        log_debug("response not delivered", LOG_STR("reason", zmq_strerror(rc)),
+                  LOG_UINT("id", resp->id));
     if (buf != stack_buf) free(buf);
 }
 
@@ -208,7 +210,8 @@ static void send_ack(server *s, const uint8_t *peer_id, size_t peer_len, uint64_
     send_response(s, peer_id, peer_len, &resp);
 }
 
-/* ---- requests in flight ----------------------------------------------------------------------- */
+/* ---- requests in flight -----------------------------------------------------------------------
+ */
 
 static inflight *inflight_of(server *s, const job *j) {
     for (inflight *f = s->inflight; f; f = f->next)
@@ -332,14 +335,17 @@ static void deliver_outbox(server *s) {
             if (final) inflight_remove(s, f);
             continue;
         }
-        if (f->pending_tail) f->pending_tail->next = m;
-        else f->pending_head = m;
+        if (f->pending_tail)
+            f->pending_tail->next = m;
+        else
+            f->pending_head = m;
         f->pending_tail = m;
         flush_pending(s, f);
     }
 }
 
-/* ---- liveness --------------------------------------------------------------------------------- */
+/* ---- liveness ---------------------------------------------------------------------------------
+ */
 
 static peer *peer_touch(server *s, const uint8_t *id, size_t len) {
     for (peer *p = s->peers; p; p = p->next)
@@ -399,7 +405,8 @@ static void check_liveness(server *s) {
     }
 }
 
-/* ---- receiving -------------------------------------------------------------------------------- */
+/* ---- receiving --------------------------------------------------------------------------------
+ */
 
 static void handle_request(server *s, const uint8_t *peer_id, size_t peer_len, const uint8_t *data,
                            size_t len) {
@@ -446,7 +453,8 @@ static void handle_request(server *s, const uint8_t *peer_id, size_t peer_len, c
         case CORRAL__V1__REQUEST__BODY_LOAD:
         case CORRAL__V1__REQUEST__BODY_UNLOAD:
         case CORRAL__V1__REQUEST__BODY_PIN:
-        case CORRAL__V1__REQUEST__BODY_UNPIN: break;
+        case CORRAL__V1__REQUEST__BODY_UNPIN:
+            break;
         case CORRAL__V1__REQUEST__BODY__NOT_SET:
         default:
             /* An empty body, or a body from a newer protocol this daemon does not know. */
@@ -525,7 +533,8 @@ done:
     zmq_msg_close(&identity);
 }
 
-/* ---- the loop --------------------------------------------------------------------------------- */
+/* ---- the loop ---------------------------------------------------------------------------------
+ */
 
 static void reload_config(server *s) {
     if (!s->config_path) {

@@ -198,6 +198,8 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
         ms->sessions = m->sessions;
         ms->swap_ins = m->swap_ins;
         ms->swap_outs = m->swap_outs;
+        ms->preload = m->preload;
+        ms->ttl_ms = m->ttl_ms;
     }
     corral_daemon_status *ds = &rep->daemon;
     ds->version = block_str(&b, d ? d->version : NULL);

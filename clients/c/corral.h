@@ -334,7 +334,9 @@ typedef struct corral_model_status {
     uint64_t requests_served;
     bool pinned;
     uint32_t sessions;
-    uint64_t swap_ins, swap_outs;
+    uint64_t swap_ins, swap_outs; /* came back after / was unmapped for a swap-out */
+    bool preload;                 /* loaded at start (config) */
+    uint64_t ttl_ms;              /* unloaded after this long unused; 0: kept (config) */
 } corral_model_status;
 
 /* The daemon's totals (proto DaemonStatus). */
@@ -364,8 +366,9 @@ CORRAL_API corral_status corral_client_status(corral_client *client, const char 
  * does not depend on its client). */
 CORRAL_API void corral_status_report_destroy(corral_status_report **report);
 
-/* Load a model now and return when it is resident; unload it (requests in flight finish first,
- * its sessions are dropped); pin it (never unloaded or swapped out to make room); unpin it.
+/* Load a model now and return when it is resident; unload it (refused while requests use it;
+ * its sessions' KV caches go to the swap directory); pin it (never unloaded or swapped out to
+ * make room); unpin it.
  * Return CORRAL_OK on the daemon's Ack, else its error (CORRAL_NOT_FOUND for an unknown model).
  * Thread: the client's. */
 CORRAL_API corral_status corral_load(corral_client *client, const char *model, int timeout_ms,

@@ -247,6 +247,10 @@ static void json_model_statuses(json_writer *j, const corral_status_report *r) {
         json_uint(j, m->swap_ins);
         json_key(j, "swap_outs");
         json_uint(j, m->swap_outs);
+        json_key(j, "preload");
+        json_bool(j, m->preload);
+        json_key(j, "ttl_ms");
+        json_uint(j, m->ttl_ms);
         json_end_object(j);
     }
     json_end_array(j);

@@ -371,6 +371,27 @@ void kv_cache_truncate(kv_cache *kv, uint32_t n_pos) {
     if (n_pos < kv->n_pos) kv->n_pos = n_pos;
 }
 
+const void *kv_cache_rows(const kv_cache *kv, uint32_t layer, int values, size_t *row_bytes) {
+    if (layer >= kv->m->hp.n_layer) return NULL;
+    *row_bytes = kv->row_elems * kv->elem_size;
+    const char *base = values ? kv->v : kv->k;
+    return base + (size_t)layer * kv->n_ctx * *row_bytes;
+}
+
+corral_status kv_cache_load_rows(kv_cache *kv, uint32_t layer, int values, const void *rows,
+                                 uint32_t n, corral_error *err) {
+    if (layer >= kv->m->hp.n_layer || n > kv->n_ctx)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "KV rows for layer %u and %u positions do not fit this cache "
+                                "(%u layers, %u positions)",
+                                layer, n, kv->m->hp.n_layer, kv->n_ctx);
+    const size_t row_bytes = kv->row_elems * kv->elem_size;
+    char *base = values ? kv->v : kv->k;
+    memcpy(base + (size_t)layer * kv->n_ctx * row_bytes, rows, (size_t)n * row_bytes);
+    kv->n_pos = n;
+    return CORRAL_OK;
+}
+
 corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *err) {
     if (dst->m != src->m || dst->type != src->type)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,

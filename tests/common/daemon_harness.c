@@ -55,6 +55,10 @@ int harness_start(harness_daemon *d, const char *config_body, const char *const 
     if (!fp) return -1;
     if (!config_body || !strstr(config_body, "listen:"))
         fprintf(fp, "listen: [\"%s\"]\n", d->endpoint);
+    /* A private swap directory too: sessions swapped out at shutdown must not leak into other
+     * tests' daemons through the default /var/tmp/corral. */
+    if (!config_body || !strstr(config_body, "memory:"))
+        fprintf(fp, "memory: {swap_dir: \"%s/swap\"}\n", d->dir);
     if (config_body) fputs(config_body, fp);
     fclose(fp);
 

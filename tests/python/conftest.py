@@ -112,6 +112,10 @@ def running_corrald(body: str = "", extra_args: Sequence[str] = ()) -> Iterator[
         with open(config, "w", encoding="utf-8") as f:
             if own_listen:
                 f.write(f'listen: ["{endpoint}"]\n')
+            # A private swap directory: sessions swapped out at shutdown must not leak into other
+            # tests' daemons through the default /var/tmp/corral.
+            if not any(line.startswith("memory:") for line in body.splitlines()):
+                f.write(f'memory: {{swap_dir: "{tmp}/swap"}}\n')
             f.write(body)
         log_path = os.path.join(tmp, "corrald.log")
         with open(log_path, "wb") as log:

@@ -332,6 +332,8 @@ def decode_status(msg: Any) -> StatusReply:
                 sessions=m.sessions,
                 swap_ins=m.swap_ins,
                 swap_outs=m.swap_outs,
+                preload=m.preload,
+                ttl_ms=m.ttl_ms,
             )
             for m in msg.models
         ),

@@ -204,9 +204,13 @@ class ModelStatus:
     sessions: int
     """Sessions holding state for this model."""
     swap_ins: int
-    """Times the model came back from the swap directory."""
+    """Times the model came back after being swapped out."""
     swap_outs: int
-    """Times the model was written to the swap directory."""
+    """Times the model was swapped out (unmapped) to make room."""
+    preload: bool = False
+    """Whether the config loads it at start."""
+    ttl_ms: int = 0
+    """The config's keep-alive: unloaded after this long unused (0: kept)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,242 @@
+/*
+ * swap.c — session images in the swap directory (see swap.h).
+ */
+#include "swap.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "corral/image.h"
+#include "corral/log.h"
+#include "corral/tensor.h"
+
+#define SWAP_KIND   "kv-session"
+#define SWAP_PREFIX "session-"
+
+struct swap_dir {
+    char *path;
+    bool writable;
+};
+
+/* Remove leftovers, expired and bad images; count what is kept. */
+static void swap_scan(swap_dir *d, int64_t max_age_ms, swap_scan_report *rep) {
+    const time_t now = time(NULL);
+    DIR *dir = opendir(d->path);
+    if (!dir) return;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (strncmp(e->d_name, SWAP_PREFIX, strlen(SWAP_PREFIX)) != 0) continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", d->path, e->d_name);
+        if (strstr(e->d_name, ".part.") || strstr(e->d_name, ".tmp.")) {
+            if (unlink(path) == 0) rep->temp_removed++;
+            continue;
+        }
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".gguf") != 0) continue;
+        struct stat st;
+        if (stat(path, &st) == 0 && (int64_t)(now - st.st_mtime) * 1000 > max_age_ms) {
+            if (unlink(path) == 0) rep->images_removed++;
+            continue;
+        }
+        image_problem problem;
+        corral_error err;
+        image *im = image_open(path, SWAP_KIND, NULL, IMAGE_VERIFY_FULL, &problem, &err);
+        if (im) {
+            rep->images_kept++;
+            image_destroy(&im);
+        } else {
+            log_warn("swap image discarded", LOG_STR("path", path),
+                     LOG_STR("problem", image_problem_name(problem)));
+            if (unlink(path) == 0) rep->images_removed++;
+        }
+    }
+    closedir(dir);
+}
+
+swap_dir *swap_dir_open(const char *path, int64_t max_age_ms, swap_scan_report *report) {
+    swap_scan_report local = {0};
+    if (!report) report = &local;
+    memset(report, 0, sizeof *report);
+    swap_dir *d = calloc(1, sizeof *d);
+    if (!d || !(d->path = strdup(path))) {
+        free(d);
+        return NULL;
+    }
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        log_warn("swap directory cannot be created: state will be dropped instead of swapped",
+                 LOG_STR("path", path), LOG_STR("error", strerror(errno)));
+        return d;
+    }
+    /* Writable? Try it: permissions alone do not tell (read-only mounts, full disks, root). */
+    char probe[PATH_MAX];
+    snprintf(probe, sizeof probe, "%s/.corral-probe.%d", path, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+        d->writable = true;
+    } else {
+        log_warn("swap directory is not writable: state will be dropped instead of swapped",
+                 LOG_STR("path", path), LOG_STR("error", strerror(errno)));
+    }
+    swap_scan(d, max_age_ms, report);
+    return d;
+}
+
+void swap_dir_destroy(swap_dir **pd) {
+    if (!pd || !*pd) return;
+    free((*pd)->path);
+    free(*pd);
+    *pd = NULL;
+}
+
+bool swap_dir_writable(const swap_dir *d) {
+    return d && d->writable;
+}
+
+const char *swap_dir_path(const swap_dir *d) {
+    return d->path;
+}
+
+static void session_path(const swap_dir *d, const swap_session_key *key, char *out, size_t size) {
+    /* hash(app NUL session) names the file: ids are client strings, never paths. */
+    size_t a = strlen(key->app), s = strlen(key->session);
+    char *buf = malloc(a + s + 1);
+    uint64_t h = 0;
+    if (buf) {
+        memcpy(buf, key->app, a);
+        buf[a] = '\0';
+        memcpy(buf + a + 1, key->session, s);
+        h = image_hash64(buf, a + s + 1, 0x636f7272616cull);
+        free(buf);
+    }
+    snprintf(out, size, "%s/" SWAP_PREFIX "%016llx.gguf", d->path, (unsigned long long)h);
+}
+
+static corral_status session_fingerprint(const swap_session_key *key, char out[17],
+                                         corral_error *err) {
+    image_fingerprint fp;
+    image_fingerprint_init(&fp, "kv-session-1");
+    corral_status st = image_fingerprint_add_file(&fp, key->model_path, err);
+    if (st != CORRAL_OK) return st;
+    image_fingerprint_add_u64(&fp, key->context);
+    image_fingerprint_add_u64(&fp, (uint64_t)key->kv_f32);
+    image_fingerprint_add_str(&fp, key->app);
+    image_fingerprint_add_str(&fp, key->session);
+    image_fingerprint_add_str(&fp, key->model_name);
+    image_fingerprint_hex(&fp, out);
+    return CORRAL_OK;
+}
+
+corral_status swap_session_write(swap_dir *d, const swap_session_key *key, const kv_cache *kv,
+                                 const int32_t *tokens, uint32_t n, corral_error *err) {
+    if (!d->writable)
+        return corral_error_set(err, CORRAL_IO, "swap directory %s is not writable", d->path);
+    char fingerprint[17];
+    corral_status st = session_fingerprint(key, fingerprint, err);
+    if (st != CORRAL_OK) return st;
+    image_writer *w = image_writer_new(SWAP_KIND, fingerprint, err);
+    if (!w) return err->status;
+    gguf_builder *b = image_writer_builder(w);
+    gguf_builder_set_str(b, "corral.session.app", key->app);
+    gguf_builder_set_str(b, "corral.session.id", key->session);
+    gguf_builder_set_str(b, "corral.session.model", key->model_name);
+    gguf_builder_set_u32(b, "corral.session.positions", n);
+    const int64_t ne_tokens[1] = {n};
+    st = image_writer_add_tensor(w, "tokens", TENSOR_TYPE_I32, 1, ne_tokens, tokens, err);
+    const uint32_t type = kv_cache_type(kv) == KV_TYPE_F32 ? TENSOR_TYPE_F32 : TENSOR_TYPE_F16;
+    const size_t elem = type == TENSOR_TYPE_F32 ? 4 : 2;
+    for (uint32_t il = 0; st == CORRAL_OK; il++) {
+        size_t row_bytes;
+        const void *k = kv_cache_rows(kv, il, 0, &row_bytes);
+        if (!k) break;
+        const void *v = kv_cache_rows(kv, il, 1, &row_bytes);
+        const int64_t ne[2] = {(int64_t)(row_bytes / elem), n};
+        char name[32];
+        snprintf(name, sizeof name, "k.%u", il);
+        st = image_writer_add_tensor(w, name, type, 2, ne, k, err);
+        snprintf(name, sizeof name, "v.%u", il);
+        if (st == CORRAL_OK) st = image_writer_add_tensor(w, name, type, 2, ne, v, err);
+    }
+    char path[PATH_MAX];
+    session_path(d, key, path, sizeof path);
+    if (st == CORRAL_OK) st = image_writer_write(w, path, err);
+    image_writer_destroy(&w);
+    return st;
+}
+
+bool swap_session_exists(const swap_dir *d, const swap_session_key *key) {
+    char path[PATH_MAX];
+    session_path(d, key, path, sizeof path);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+void swap_session_discard(swap_dir *d, const swap_session_key *key) {
+    char path[PATH_MAX];
+    session_path(d, key, path, sizeof path);
+    unlink(path);
+}
+
+corral_status swap_session_read(swap_dir *d, const swap_session_key *key, kv_cache *kv,
+                                int32_t **tokens, uint32_t *n, corral_error *err) {
+    char path[PATH_MAX], fingerprint[17];
+    session_path(d, key, path, sizeof path);
+    *tokens = NULL;
+    *n = 0;
+    corral_status st = session_fingerprint(key, fingerprint, err);
+    if (st != CORRAL_OK) return st;
+    image_problem problem;
+    image *im = image_open(path, SWAP_KIND, fingerprint, IMAGE_VERIFY_FULL, &problem, err);
+    if (!im) {
+        unlink(path);
+        return err->status;
+    }
+    const gguf_file *f = image_gguf(im);
+    const gguf_tensor *tt = gguf_find_tensor(f, "tokens");
+    const uint32_t type = kv_cache_type(kv) == KV_TYPE_F32 ? TENSOR_TYPE_F32 : TENSOR_TYPE_F16;
+    st = CORRAL_OK;
+    if (!tt || tt->type != TENSOR_TYPE_I32 || tt->n_dims != 1 || tt->ne[0] < 0 ||
+        (uint64_t)tt->ne[0] > kv_cache_n_ctx(kv))
+        st = corral_error_set(err, CORRAL_FORMAT, "%s: tokens tensor missing or too long", path);
+    const uint32_t positions = st == CORRAL_OK ? (uint32_t)tt->ne[0] : 0;
+    for (uint32_t il = 0; st == CORRAL_OK; il++) {
+        size_t row_bytes;
+        if (!kv_cache_rows(kv, il, 0, &row_bytes)) break;
+        for (int values = 0; values < 2 && st == CORRAL_OK; values++) {
+            char name[32];
+            snprintf(name, sizeof name, "%c.%u", values ? 'v' : 'k', il);
+            const gguf_tensor *t = gguf_find_tensor(f, name);
+            if (!t || t->type != type || t->size != (uint64_t)positions * row_bytes)
+                st = corral_error_set(err, CORRAL_FORMAT,
+                                      "%s: tensor %s is missing or does not fit the cache", path,
+                                      name);
+            else
+                st = kv_cache_load_rows(kv, il, values, t->data, positions, err);
+        }
+    }
+    if (st == CORRAL_OK) {
+        *tokens = malloc((positions ? positions : 1) * sizeof **tokens);
+        if (!*tokens)
+            st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+        else
+            memcpy(*tokens, tt->data, positions * sizeof **tokens);
+    }
+    image_destroy(&im);
+    unlink(path);
+    if (st != CORRAL_OK) {
+        kv_cache_truncate(kv, 0);
+        return st;
+    }
+    *n = positions;
+    return CORRAL_OK;
+}

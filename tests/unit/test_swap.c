@@ -1,0 +1,238 @@
+/*
+ * test_swap.c — Check suite for session images in the swap directory: a cache written out and
+ * read back is identical; stale, corrupt and truncated images are refused and deleted; leftovers
+ * of crashed writes are removed at open; an unwritable directory is reported, not fatal.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "swap.h"
+#include "testutil.h"
+
+static char dir[] = "/tmp/corral-test-swap-XXXXXX";
+static model *m;
+static model_runner *r;
+
+static void setup(void) {
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    corral_error err;
+    m = model_load(test_shared_path("models/stories260K.gguf"), NULL, &err);
+    ck_assert_ptr_nonnull(m);
+    r = model_runner_new(m, 0, NULL, &err);
+}
+
+static void teardown(void) {
+    model_runner_destroy(&r);
+    model_destroy(&m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    strcpy(dir, "/tmp/corral-test-swap-XXXXXX");
+}
+
+static swap_session_key key_for(const char *session, uint32_t context) {
+    return (swap_session_key){.app = "app",
+                              .session = session,
+                              .model_name = "stories",
+                              .model_path = test_shared_path("models/stories260K.gguf"),
+                              .context = context,
+                              .kv_f32 = 0};
+}
+
+/* A cache holding n positions of real activations. */
+static kv_cache *filled_cache(int32_t *ids, uint32_t n) {
+    corral_error err;
+    kv_cache *kv = kv_cache_new(m, 64, KV_TYPE_F16, &err);
+    for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)(1 + (i * 37) % 500);
+    float logits[512];
+    ck_assert_int_eq(model_forward(r, kv, ids, n, MODEL_LOGITS_LAST, logits, &err), CORRAL_OK);
+    return kv;
+}
+
+static int count_files(const char *needle) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c -- '%s' > %s/.count", dir, needle, dir);
+    if (system(cmd) < 0) return -1;
+    char path[128];
+    snprintf(path, sizeof path, "%s/.count", dir);
+    FILE *fp = fopen(path, "r");
+    int n = -1;
+    if (fp && fscanf(fp, "%d", &n) != 1) n = -1;
+    if (fp) fclose(fp);
+    unlink(path);
+    return n;
+}
+
+START_TEST(test_round_trip) {
+    swap_dir *d = swap_dir_open(dir, 3600000, NULL);
+    ck_assert(swap_dir_writable(d));
+    int32_t ids[20];
+    kv_cache *kv = filled_cache(ids, 20);
+    swap_session_key key = key_for("conv-1", 64);
+    corral_error err;
+    ck_assert_int_eq(swap_session_write(d, &key, kv, ids, 20, &err), CORRAL_OK);
+    ck_assert(swap_session_exists(d, &key));
+    kv_cache *back = kv_cache_new(m, 64, KV_TYPE_F16, &err);
+    int32_t *tokens;
+    uint32_t n;
+    ck_assert_int_eq(swap_session_read(d, &key, back, &tokens, &n, &err), CORRAL_OK);
+    ck_assert_uint_eq(n, 20);
+    ck_assert_uint_eq(kv_cache_n_pos(back), 20);
+    ck_assert(memcmp(tokens, ids, sizeof ids) == 0);
+    for (uint32_t il = 0; il < model_get_hparams(m)->n_layer; il++)
+        for (int v = 0; v < 2; v++) {
+            size_t rb, rb2;
+            const void *a = kv_cache_rows(kv, il, v, &rb), *b = kv_cache_rows(back, il, v, &rb2);
+            ck_assert(memcmp(a, b, 20 * rb) == 0);
+        }
+    /* Reading consumes the image. */
+    ck_assert(!swap_session_exists(d, &key));
+    free(tokens);
+    kv_cache_destroy(&kv);
+    kv_cache_destroy(&back);
+    swap_dir_destroy(&d);
+}
+END_TEST
+
+/* The path of the only session image in the directory. */
+static void only_image(char *path, size_t size) {
+    char cmd[256], list[128];
+    snprintf(list, sizeof list, "%s/.name", dir);
+    snprintf(cmd, sizeof cmd, "ls %s/session-*.gguf > %s", dir, list);
+    ck_assert_int_eq(system(cmd), 0);
+    FILE *fp = fopen(list, "r");
+    ck_assert(fgets(path, (int)size, fp) != NULL);
+    fclose(fp);
+    unlink(list);
+    path[strcspn(path, "\n")] = '\0';
+}
+
+/* Write an image, damage it with `damage`, and expect the read to fail and delete it. */
+static void expect_refused(void (*damage)(const char *path), swap_session_key read_key,
+                           const char *want) {
+    swap_dir *d = swap_dir_open(dir, 3600000, NULL);
+    int32_t ids[10];
+    kv_cache *kv = filled_cache(ids, 10);
+    swap_session_key key = key_for("conv-2", 64);
+    corral_error err;
+    ck_assert_int_eq(swap_session_write(d, &key, kv, ids, 10, &err), CORRAL_OK);
+    if (damage) {
+        char path[256];
+        only_image(path, sizeof path);
+        damage(path);
+    }
+    kv_cache *back = kv_cache_new(m, read_key.context, KV_TYPE_F16, &err);
+    int32_t *tokens = NULL;
+    uint32_t n = 99;
+    ck_assert_int_ne(swap_session_read(d, &read_key, back, &tokens, &n, &err), CORRAL_OK);
+    ck_assert_msg(strstr(err.message, want) != NULL, "'%s' lacks '%s'", err.message, want);
+    ck_assert_ptr_null(tokens);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_uint_eq(kv_cache_n_pos(back), 0);
+    ck_assert_int_eq(count_files("session-"), 0); /* deleted */
+    kv_cache_destroy(&kv);
+    kv_cache_destroy(&back);
+    swap_dir_destroy(&d);
+}
+
+static void flip_tail(const char *path) {
+    FILE *fp = fopen(path, "r+b");
+    fseek(fp, -5, SEEK_END);
+    int c = fgetc(fp);
+    fseek(fp, -5, SEEK_END);
+    fputc(c ^ 0xff, fp);
+    fclose(fp);
+}
+
+static void truncate_half(const char *path) {
+    struct stat st;
+    stat(path, &st);
+    ck_assert_int_eq(truncate(path, st.st_size / 2), 0);
+}
+
+START_TEST(test_corrupt_and_stale_images_refused) {
+    expect_refused(flip_tail, key_for("conv-2", 64), "checksum");
+    expect_refused(truncate_half, key_for("conv-2", 64), "");
+    /* Another context: the fingerprint no longer matches. */
+    expect_refused(NULL, key_for("conv-2", 32), "fingerprint");
+}
+END_TEST
+
+START_TEST(test_open_cleans_the_directory) {
+    swap_dir *d = swap_dir_open(dir, 3600000, NULL);
+    int32_t ids[8];
+    kv_cache *kv = filled_cache(ids, 8);
+    corral_error err;
+    swap_session_key good = key_for("good", 64), bad = key_for("bad", 64);
+    /* "bad" first, alone, so that its file is easy to find and damage. */
+    ck_assert_int_eq(swap_session_write(d, &bad, kv, ids, 8, &err), CORRAL_OK);
+    char bad_path[256];
+    only_image(bad_path, sizeof bad_path);
+    flip_tail(bad_path);
+    ck_assert_int_eq(swap_session_write(d, &good, kv, ids, 8, &err), CORRAL_OK);
+    swap_dir_destroy(&d);
+    /* What a write killed half-way leaves behind. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && echo partial > session-0000000000000000.gguf.part.99 && "
+             "echo partial > session-1111111111111111.gguf.tmp.12",
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+
+    swap_scan_report rep;
+    d = swap_dir_open(dir, 3600000, &rep);
+    ck_assert_uint_eq(rep.temp_removed, 2);
+    ck_assert_uint_eq(rep.images_removed, 1);
+    ck_assert_uint_eq(rep.images_kept, 1);
+    ck_assert(swap_session_exists(d, &good));
+    ck_assert(!swap_session_exists(d, &bad));
+    swap_dir_destroy(&d);
+    /* Images older than the session time-to-live go too. */
+    d = swap_dir_open(dir, -1, &rep);
+    ck_assert_uint_eq(rep.images_removed, 1);
+    ck_assert_uint_eq(rep.images_kept, 0);
+    swap_dir_destroy(&d);
+    kv_cache_destroy(&kv);
+}
+END_TEST
+
+START_TEST(test_unwritable_directory) {
+    char file[128], sub[160];
+    snprintf(file, sizeof file, "%s/a-file", dir);
+    FILE *fp = fopen(file, "w");
+    fclose(fp);
+    snprintf(sub, sizeof sub, "%s/swap", file);
+    swap_dir *d = swap_dir_open(sub, 1000, NULL);
+    ck_assert_ptr_nonnull(d);
+    ck_assert(!swap_dir_writable(d));
+    int32_t ids[4];
+    kv_cache *kv = filled_cache(ids, 4);
+    swap_session_key key = key_for("x", 64);
+    corral_error err;
+    ck_assert_int_eq(swap_session_write(d, &key, kv, ids, 4, &err), CORRAL_IO);
+    ck_assert_ptr_nonnull(strstr(err.message, "not writable"));
+    kv_cache_destroy(&kv);
+    swap_dir_destroy(&d);
+}
+END_TEST
+
+static Suite *swap_suite(void) {
+    Suite *s = suite_create("swap");
+    TCase *core = tcase_create("core");
+    tcase_add_checked_fixture(core, setup, teardown);
+    tcase_add_test(core, test_round_trip);
+    tcase_add_test(core, test_open_cleans_the_directory);
+    suite_add_tcase(s, core);
+    TCase *errors = tcase_create("errors");
+    tcase_add_checked_fixture(errors, setup, teardown);
+    tcase_add_test(errors, test_corrupt_and_stale_images_refused);
+    tcase_add_test(errors, test_unwritable_directory);
+    suite_add_tcase(s, errors);
+    return s;
+}
+
+CORRAL_CHECK_MAIN(swap_suite)
