@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "corral/chat.h"
+#include "corral/constraint.h"
 #include "corral/eval.h"
 #include "corral/generate.h"
 #include "corral/model.h"
@@ -71,6 +72,9 @@ static void run_local_usage(FILE *out) {
             "      --repeat-penalty R  (default 1 = off)\n"
             "      --seed S            sampling seed (default: from the clock)\n"
             "      --stop TEXT         stop before this text (repeatable)\n"
+            "      --regex R           the whole output must match the regular expression R\n"
+            "                          (ECMAScript-like: classes, \\d \\w \\s, groups, |,\n"
+            "                          * + ? {m,n}; no backreferences or lookaround)\n"
             "  -c, --ctx N             context size (default: the model's, at most 4096)\n"
             "      --chat              treat the prompt as a user message in the model's chat\n"
             "                          template (and print only the reply)\n"
@@ -101,6 +105,7 @@ int cmd_run_local(int argc, char **argv) {
         OPT_IDS,
         OPT_KV,
         OPT_REFERENCE,
+        OPT_REGEX,
         OPT_HELP
     };
     static const struct option options[] = {
@@ -122,10 +127,11 @@ int cmd_run_local(int argc, char **argv) {
         {"ids", no_argument, NULL, OPT_IDS},
         {"kv", required_argument, NULL, OPT_KV},
         {"reference", no_argument, NULL, OPT_REFERENCE},
+        {"regex", required_argument, NULL, OPT_REGEX},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
-    const char *prompt = NULL, *system = NULL, *template_name = NULL;
+    const char *prompt = NULL, *system = NULL, *template_name = NULL, *regex = NULL;
     const char *stops[16];
     size_t n_stops = 0;
     long max_tokens = 128, n_ctx = 0, n_threads = 0;
@@ -219,6 +225,9 @@ int cmd_run_local(int argc, char **argv) {
             case OPT_REFERENCE:
                 mp.compute = MODEL_COMPUTE_REFERENCE;
                 break;
+            case OPT_REGEX:
+                regex = optarg;
+                break;
             case OPT_HELP:
                 run_local_usage(stdout);
                 return 0;
@@ -255,6 +264,21 @@ int cmd_run_local(int argc, char **argv) {
     threadpool *pool = NULL;
     model_runner *r = NULL;
     generator *g = NULL;
+    constraint_index *cix = NULL;
+    constraint *con = NULL;
+    constraint_matcher *matcher = NULL;
+    sampler_processor proc;
+    if (regex) {
+        cix = constraint_index_new(tok, &err);
+        con = cix ? constraint_compile(cix, regex, strlen(regex), &err) : NULL;
+        matcher = con ? constraint_matcher_new(con, &err) : NULL;
+        if (!matcher) {
+            cli_fail("run-local", "--regex: %s", err.message);
+            goto done;
+        }
+        proc = constraint_matcher_processor(matcher);
+        gp.processor = &proc;
+    }
     if (chat) {
         chat_template tmpl;
         if (template_name) {
@@ -344,6 +368,9 @@ int cmd_run_local(int argc, char **argv) {
     status = 0;
 done:
     gen_destroy(&g);
+    constraint_matcher_destroy(&matcher);
+    constraint_destroy(&con);
+    constraint_index_destroy(&cix);
     model_runner_destroy(&r);
     threadpool_destroy(&pool);
     kv_cache_destroy(&kv);

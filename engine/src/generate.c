@@ -175,6 +175,12 @@ corral_status gen_next(generator *g, gen_token *out, corral_error *err) {
     size_t len = 0;
     *out = (gen_token){.id = -1, .text = g->emit};
 
+    /* A processor that is complete before any token (an output constraint matching only "")
+     * ends the generation without a forward pass. */
+    if (g->stats.n_generated == 0 && sampler_finished(g->smp) > 0) {
+        finish_into(g, GEN_STOP_CONSTRAINT, &len);
+        goto done;
+    }
     if (g->pending >= 0) {
         if (kv_cache_n_pos(g->kv) >= kv_cache_n_ctx(g->kv)) {
             finish_into(g, GEN_STOP_CONTEXT, &len);
@@ -191,10 +197,17 @@ corral_status gen_next(generator *g, gen_token *out, corral_error *err) {
     if (id < 0) {
         if (id != CORRAL_FAILED_PRECONDITION)
             return corral_error_set(err, (corral_status)id, "sampling failed");
+        const int fin = sampler_finished(g->smp);
+        if (fin < 0)
+            return corral_error_set(err, (corral_status)fin,
+                                    "the output constraint cannot be completed: no token of the "
+                                    "vocabulary continues it");
         finish_into(g, GEN_STOP_CONSTRAINT, &len);
         goto done;
     }
-    sampler_accept(g->smp, id);
+    corral_status acc = sampler_accept(g->smp, id);
+    if (acc != CORRAL_OK)
+        return corral_error_set(err, acc, "the logit processor refused token %d", (int)id);
     out->id = id;
     g->stats.n_generated++;
 
@@ -208,6 +221,10 @@ corral_status gen_next(generator *g, gen_token *out, corral_error *err) {
     if (st != CORRAL_OK) return st;
     if (emit_text(g, &len, text, n)) {
         g->stop = GEN_STOP_STRING;
+        goto done;
+    }
+    if (sampler_finished(g->smp) > 0) {
+        finish_into(g, GEN_STOP_CONSTRAINT, &len);
         goto done;
     }
     if (g->params.max_tokens && g->stats.n_generated >= g->params.max_tokens) {

@@ -4,10 +4,11 @@
  *
  * Everything a step needs is allocated once in sampler_new: a candidate array of n_vocab entries
  * (sorted in place by a heap selection, so no qsort and none of the temporary buffers glibc's
- * qsort may allocate), the per-token counts and "already penalised" stamps, and the ring of the
- * last penalty_last_n accepted tokens. Probabilities are computed in double from logits shifted
- * by the maximum, so that +/-large logits and small temperatures neither overflow nor lose the
- * order of the candidates.
+ * qsort may allocate; for a small top-k the k best are picked straight from the logits, which
+ * matters for large vocabularies and for the second draw of a constrained step), the per-token
+ * counts and "already penalised" stamps, and the ring of the last penalty_last_n accepted
+ * tokens. Probabilities are computed in double from logits shifted by the maximum, so that
+ * +/-large logits and small temperatures neither overflow nor lose the order of the candidates.
  */
 #include "corral/sampler.h"
 
@@ -199,6 +200,10 @@ void sampler_reset(sampler *s) {
 
 corral_status sampler_accept(sampler *s, int32_t token) {
     if (!s || token < 0 || token >= s->n_vocab) return CORRAL_INVALID_ARGUMENT;
+    if (s->proc.accept) {
+        corral_status st = s->proc.accept(s->proc.user, token);
+        if (st != CORRAL_OK) return st;
+    }
     int32_t cap = s->params.penalty_last_n;
     if (cap == 0) return CORRAL_OK;
     if (s->ring_len == cap) {
@@ -210,6 +215,11 @@ corral_status sampler_accept(sampler *s, int32_t token) {
     s->counts[token]++;
     s->ring_head = s->ring_head + 1 == cap ? 0 : s->ring_head + 1;
     return CORRAL_OK;
+}
+
+int sampler_finished(const sampler *s) {
+    if (!s || !s->proc.finished) return 0;
+    return s->proc.finished(s->proc.user);
 }
 
 /* ---- the chain ------------------------------------------------------------------------------- */
@@ -280,6 +290,53 @@ static void heap_sift_down(sampler_cand *h, int32_t n, int32_t i) {
     }
 }
 
+/* The heap of select_top_k_small: the WORST kept candidate at the root. */
+static void worst_heap_sift_down(sampler_cand *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, top = i;
+        if (l < n && cand_before(&h[top], &h[l])) top = l;
+        if (r < n && cand_before(&h[top], &h[r])) top = r;
+        if (top == i) return;
+        sampler_cand t = h[i];
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
+    }
+}
+
+/* top-k straight from the logits, for a small k: the k best candidates go into a heap at
+ * c[0..k) whose root is the worst kept one, so most logits cost one comparison and nothing is
+ * written for them (building all n candidates first costs more than the selection). *count gets
+ * the number of finite logits. When it exceeds k, c[0..k) ends sorted best-first — exactly what
+ * select_top_k gives, cand_before being a total order — and k is returned; otherwise the caller
+ * must build the candidates the usual way (the result then depends on top-p's sorting rule). */
+static int32_t top_k_from_logits(sampler *s, const float *logits, int32_t k, int32_t *count) {
+    sampler_cand *c = s->cand;
+    int32_t m = 0, finite = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (logits[i] == -INFINITY) continue;
+        finite++;
+        const sampler_cand x = {.logit = logits[i], .id = i};
+        if (m < k) {
+            c[m++] = x;
+            if (m == k)
+                for (int32_t j = k / 2 - 1; j >= 0; j--) worst_heap_sift_down(c, k, j);
+        } else if (cand_before(&x, &c[0])) {
+            c[0] = x;
+            worst_heap_sift_down(c, k, 0);
+        }
+    }
+    *count = finite;
+    if (finite <= k) return 0;
+    for (int32_t last = k - 1; last > 0; last--) {
+        sampler_cand t = c[0];
+        c[0] = c[last];
+        c[last] = t;
+        worst_heap_sift_down(c, last, 0);
+    }
+    return k;
+}
+
 /* Put the first k candidates in order at c[n-k .. n) reversed, then flip them to the front of
  * that range. A heap selection: O(n + k log n), in place, no allocation. Returns the start of
  * the sorted k. */
@@ -305,20 +362,26 @@ static sampler_cand *select_top_k(sampler_cand *c, int32_t n, int32_t k) {
 static int32_t draw_token(sampler *s, const float *logits) {
     const sampler_params *p = &s->params;
     sampler_cand *c = s->cand;
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        if (logits[i] == -INFINITY) continue; /* probability 0 whatever the chain does */
-        c[n++] = (sampler_cand){.logit = logits[i], .id = i};
-    }
-    if (n == 0) return -1;
-
-    /* top-k, and the full order that top-p needs. */
-    int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    int32_t n = 0, finite = 0;
     bool sorted = false;
-    if (k < n || p->top_p < 1.0f) {
-        c = select_top_k(c, n, k);
-        n = k;
+    if (p->top_k > 0 && p->top_k <= 256 && p->top_k < s->n_vocab / 8 &&
+        top_k_from_logits(s, logits, p->top_k, &finite) > 0) {
+        n = p->top_k; /* c[0..n) sorted: the common case, top-k of a large vocabulary */
         sorted = true;
+    } else {
+        for (int32_t i = 0; i < s->n_vocab; i++) {
+            if (logits[i] == -INFINITY) continue; /* probability 0 whatever the chain does */
+            c[n++] = (sampler_cand){.logit = logits[i], .id = i};
+        }
+        if (n == 0) return -1;
+
+        /* top-k, and the full order that top-p needs. */
+        int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+        if (k < n || p->top_p < 1.0f) {
+            c = select_top_k(c, n, k);
+            n = k;
+            sorted = true;
+        }
     }
 
     /* softmax */

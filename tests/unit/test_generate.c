@@ -228,6 +228,114 @@ START_TEST(test_bad_use) {
 }
 END_TEST
 
+/* A processor with the accept/finished hooks: it counts accepted tokens, says it is finished
+ * after `finish_after` of them, can refuse a token, and can mask everything. */
+typedef struct hook_proc {
+    int accepted, finish_after, mask_all;
+    int32_t refuse;
+    int finished_value; /* what finished returns once finish_after is reached */
+} hook_proc;
+
+static corral_status hook_accept(void *user, int32_t token) {
+    hook_proc *h = user;
+    if (token == h->refuse) return CORRAL_INVALID_ARGUMENT;
+    h->accepted++;
+    return CORRAL_OK;
+}
+
+static int hook_finished(void *user) {
+    const hook_proc *h = user;
+    return h->accepted >= h->finish_after ? h->finished_value : 0;
+}
+
+static void hook_mask(void *user, float *logits, int32_t n_vocab) {
+    const hook_proc *h = user;
+    if (!h->mask_all) return;
+    for (int32_t i = 0; i < n_vocab; i++) logits[i] = -INFINITY;
+}
+
+START_TEST(test_processor_finished_and_errors) {
+    model *m = load("models/stories260K.gguf");
+    const tokenizer *tok = model_get_tokenizer(m);
+    run_result *a = malloc(sizeof *a);
+    /* finished after 5 tokens: the generation ends right there, with their text */
+    hook_proc h = {.finish_after = 5, .refuse = -1, .finished_value = 1};
+    sampler_processor proc = {.user = &h, .accept = hook_accept, .finished = hook_finished};
+    gen_params gp = sampled(11, 100);
+    gp.processor = &proc;
+    run(m, &gp, 256, a);
+    ck_assert_int_eq(a->stop, GEN_STOP_CONSTRAINT);
+    ck_assert_int_eq(a->n_ids, 5);
+    ck_assert_int_eq(h.accepted, 5);
+    char want[1024];
+    size_t want_len;
+    corral_error err;
+    ck_assert_int_eq(tok_decode(tok, a->ids, 5, 0, want, sizeof want, &want_len, &err), CORRAL_OK);
+    ck_assert_uint_eq(a->len, want_len);
+    ck_assert(memcmp(a->text, want, want_len) == 0);
+    /* finished before any token: no token at all */
+    h = (hook_proc){.finish_after = 0, .refuse = -1, .finished_value = 1};
+    run(m, &gp, 256, a);
+    ck_assert_int_eq(a->stop, GEN_STOP_CONSTRAINT);
+    ck_assert_int_eq(a->n_ids, 0);
+    ck_assert_uint_eq(a->len, 0);
+    /* finished wins over max_tokens on the same step */
+    h = (hook_proc){.finish_after = 3, .refuse = -1, .finished_value = 1};
+    gp.max_tokens = 3;
+    run(m, &gp, 256, a);
+    ck_assert_int_eq(a->stop, GEN_STOP_CONSTRAINT);
+    gp.max_tokens = 100;
+
+    kv_cache *kv = kv_cache_new(m, 64, KV_TYPE_F32, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
+    const int32_t bos = 1;
+    gen_token t;
+    /* a refused token fails gen_next with the processor's status (greedy: learn the first
+     * token, then refuse it) */
+    h = (hook_proc){.finish_after = 1000, .refuse = -1};
+    gen_params g1 = gen_params_default();
+    g1.sampling.top_k = 1;
+    g1.processor = &proc;
+    generator *g = gen_new(m, r, kv, &g1, &err);
+    ck_assert_int_eq(gen_prefill(g, &bos, 1, &err), CORRAL_OK);
+    ck_assert_int_eq(gen_next(g, &t, &err), CORRAL_OK);
+    const int32_t first = t.id;
+    gen_destroy(&g);
+    kv_cache_truncate(kv, 0);
+    h = (hook_proc){.finish_after = 1000, .refuse = first};
+    g = gen_new(m, r, kv, &g1, &err);
+    ck_assert_int_eq(gen_prefill(g, &bos, 1, &err), CORRAL_OK);
+    ck_assert_int_eq(gen_next(g, &t, &err), CORRAL_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.message, "refused token"));
+    gen_destroy(&g);
+    /* everything masked: GEN_STOP_CONSTRAINT when finished says 0 or 1, an error when negative */
+    proc.mask = hook_mask;
+    for (int v = -1; v <= 0; v++) {
+        kv_cache_truncate(kv, 0);
+        h = (hook_proc){.finish_after = 0,
+                        .refuse = -1,
+                        .mask_all = 1,
+                        .finished_value = v < 0 ? CORRAL_FAILED_PRECONDITION : 0};
+        g = gen_new(m, r, kv, &g1, &err);
+        ck_assert_int_eq(gen_prefill(g, &bos, 1, &err), CORRAL_OK);
+        const corral_status st = gen_next(g, &t, &err);
+        if (v < 0) {
+            ck_assert_int_eq(st, CORRAL_FAILED_PRECONDITION);
+            ck_assert_ptr_nonnull(strstr(err.message, "cannot be completed"));
+        } else {
+            ck_assert_int_eq(st, CORRAL_OK);
+            ck_assert_int_eq(t.stop, GEN_STOP_CONSTRAINT);
+            ck_assert_int_eq(t.id, -1);
+        }
+        gen_destroy(&g);
+    }
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    free(a);
+    model_destroy(&m);
+}
+END_TEST
+
 static Suite *generate_suite(void) {
     Suite *s = suite_create("generate");
     TCase *core = tcase_create("core");
@@ -235,6 +343,7 @@ static Suite *generate_suite(void) {
     tcase_add_test(core, test_top_k_one_equals_greedy_reference);
     tcase_add_test(core, test_stop_string_cuts_text);
     tcase_add_test(core, test_eog_stops_and_is_not_emitted);
+    tcase_add_test(core, test_processor_finished_and_errors);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_context_limit_stops_generation);

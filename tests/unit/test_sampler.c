@@ -487,6 +487,67 @@ END_TEST
 
 /* ---- limits ---------------------------------------------------------------------------------- */
 
+/* accept and finished: a processor that counts what it was given, refuses token 3, and says it
+ * is finished after `finish_after` tokens (or reports an error code when that is negative). */
+typedef struct test_counter {
+    int accepted, finish_after, finished_calls;
+    int32_t last;
+    int error; /* what finished returns once finish_after tokens were accepted, if nonzero */
+} test_counter;
+
+static corral_status tcount_accept(void *user, int32_t token) {
+    test_counter *c = user;
+    if (token == 3) return CORRAL_INVALID_ARGUMENT;
+    c->accepted++;
+    c->last = token;
+    return CORRAL_OK;
+}
+
+static int tcount_finished(void *user) {
+    test_counter *c = user;
+    c->finished_calls++;
+    if (c->accepted < c->finish_after) return 0;
+    return c->error ? c->error : 1;
+}
+
+START_TEST(test_processor_accept_and_finished) {
+    sampler_params p = plain_params(16);
+    p.temperature = 0.0f;
+    p.repeat_penalty = 2.0f;
+    p.penalty_last_n = 4;
+    sampler *s = make_sampler(&p, 5);
+    ck_assert_int_eq(sampler_finished(s), 0); /* no processor */
+    test_counter c = {.finish_after = 2};
+    sampler_set_processor(
+        s, &(sampler_processor){.user = &c, .accept = tcount_accept, .finished = tcount_finished});
+    ck_assert_int_eq(sampler_finished(s), 0);
+    ck_assert_int_eq(sampler_accept(s, 1), CORRAL_OK);
+    ck_assert_int_eq(c.accepted, 1);
+    ck_assert_int_eq(c.last, 1);
+    /* A refused token is not recorded: the penalty window does not see it. */
+    ck_assert_int_eq(sampler_accept(s, 3), CORRAL_INVALID_ARGUMENT);
+    float l[5] = {0.0f, 1.0f, 0.0f, 1.5f, 1.0f};
+    ck_assert_int_eq(sampler_sample(s, l), 3);
+    ck_assert_float_eq(l[3], 1.5f); /* not penalised */
+    ck_assert_float_eq(l[1], 0.5f); /* token 1 was recorded: 1 / 2 */
+    /* Out-of-range tokens never reach the processor. */
+    ck_assert_int_eq(sampler_accept(s, 7), CORRAL_INVALID_ARGUMENT);
+    ck_assert_int_eq(c.accepted, 1);
+    ck_assert_int_eq(sampler_accept(s, 2), CORRAL_OK);
+    ck_assert_int_eq(sampler_finished(s), 1);
+    c.error = CORRAL_FAILED_PRECONDITION;
+    ck_assert_int_eq(sampler_finished(s), CORRAL_FAILED_PRECONDITION);
+    /* Removing the processor removes both hooks. */
+    sampler_set_processor(s, NULL);
+    const int calls = c.finished_calls;
+    ck_assert_int_eq(sampler_finished(s), 0);
+    ck_assert_int_eq(sampler_accept(s, 3), CORRAL_OK);
+    ck_assert_int_eq(c.finished_calls, calls);
+    ck_assert_int_eq(sampler_finished(NULL), 0);
+    sampler_destroy(&s);
+}
+END_TEST
+
 START_TEST(test_nan_and_inf_logits) {
     sampler_params g = plain_params(31);
     g.temperature = 0.0f;
@@ -646,6 +707,7 @@ static Suite *sampler_suite(void) {
     tcase_add_test(proc, test_processor_full_mask_path);
     tcase_add_test(proc, test_processor_apply_hook);
     tcase_add_test(proc, test_processor_all_masked_is_error);
+    tcase_add_test(proc, test_processor_accept_and_finished);
     suite_add_tcase(s, proc);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_nan_and_inf_logits);

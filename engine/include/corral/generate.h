@@ -28,7 +28,7 @@ typedef enum gen_stop {
     GEN_STOP_MAX_TOKENS = 2, /* max_tokens were generated */
     GEN_STOP_STRING = 3,     /* a stop string appeared (it is not part of the text) */
     GEN_STOP_CONTEXT = 4,    /* the KV cache's context is full */
-    GEN_STOP_CONSTRAINT = 5, /* the logit processor allowed no token (or no more text) */
+    GEN_STOP_CONSTRAINT = 5, /* the logit processor allowed no token, or said it is finished */
 } gen_stop;
 
 /* "eog", "max_tokens", "stop_string", "context_full", "constraint", "running". */
@@ -39,8 +39,12 @@ typedef struct gen_params {
     uint32_t max_tokens;     /* 0: until end-of-generation or a full context */
     const char *const *stop; /* stop strings (copied by gen_new) */
     size_t n_stop;
-    int ignore_eog;                     /* keep going past end-of-generation tokens */
-    const sampler_processor *processor; /* optional; borrowed for the generator's life */
+    int ignore_eog; /* keep going past end-of-generation tokens */
+    /* Optional; borrowed for the generator's life. Its `accept` sees every generated token
+     * (including an end-of-generation one); when its `finished` turns positive after a token,
+     * the generation ends there with GEN_STOP_CONSTRAINT (checked before max_tokens), and when a
+     * draw finds nothing allowed, a negative `finished` makes gen_next fail with that status. */
+    const sampler_processor *processor;
 } gen_params;
 
 /* Defaults: the sampler's defaults, no limit, no stop strings. */
@@ -81,7 +85,8 @@ corral_status gen_prefill(generator *g, const int32_t *ids, uint32_t n, corral_e
  * the KV cache must already hold a sequence whose last logits were computed by gen_prefill.
  * Returns CORRAL_OK with *out filled (out->stop tells whether the generation is over; the final
  * call's text holds whatever was still held back), CORRAL_FAILED_PRECONDITION when called after
- * the end or before any prefill, or a model error. */
+ * the end or before any prefill, a model error, or the processor's error (its `accept` refused
+ * the token, or its `finished` reported that the output cannot be completed). */
 corral_status gen_next(generator *g, gen_token *out, corral_error *err);
 
 /* End the generation early (cancellation): releases held-back text into *out with

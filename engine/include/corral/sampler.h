@@ -72,9 +72,16 @@ corral_status sampler_validate_params(const sampler_params *params, corral_error
 typedef struct sampler sampler;
 
 /* A logit processor. Every callback is optional (NULL); `user` is passed back unchanged.
- *   apply   — transform the logits in place on every step (after the penalties);
- *   allowed — nonzero when `token` may be produced now; cheap, called on each drawn token;
- *   mask    — set the logit of every disallowed token to -INFINITY.
+ *   apply    — transform the logits in place on every step (after the penalties);
+ *   allowed  — nonzero when `token` may be produced now; cheap, called on each drawn token;
+ *   mask     — set the logit of every disallowed token to -INFINITY;
+ *   accept   — the token was used (sampler_accept): advance the processor's own state (an output
+ *              constraint's DFA). CORRAL_OK, or a negative status that sampler_accept returns
+ *              (the token is then not recorded anywhere);
+ *   finished — after the tokens accepted so far: 0 while more may follow, > 0 when the processor
+ *              allows nothing more because the output is complete (the generator then ends with
+ *              GEN_STOP_CONSTRAINT), or a negative corral_status when nothing is allowed and the
+ *              output is not complete (the generator then fails with it).
  * With both `allowed` and `mask`, the sampler draws first and calls `mask` only when the drawn
  * token is not allowed, then draws again. They must agree: a token that survives the mask must be
  * allowed. With `mask` alone, the mask is applied on every step before drawing. With `allowed`
@@ -85,6 +92,8 @@ typedef struct sampler_processor {
     void (*apply)(void *user, float *logits, int32_t n_vocab);
     int (*allowed)(void *user, int32_t token);
     void (*mask)(void *user, float *logits, int32_t n_vocab);
+    corral_status (*accept)(void *user, int32_t token);
+    int (*finished)(void *user);
 } sampler_processor;
 
 /* Create a sampler for a vocabulary of n_vocab tokens (1..SAMPLER_MAX_VOCAB). The params are
@@ -109,12 +118,18 @@ void sampler_set_processor(sampler *s, const sampler_processor *processor);
 int32_t sampler_sample(sampler *s, float *logits);
 
 /* Record a token (generated, or from the prompt if the caller wants prompt tokens penalised) in
- * the penalty window. Returns CORRAL_OK, or CORRAL_INVALID_ARGUMENT for a token outside
- * [0, n_vocab). Never allocates. */
+ * the penalty window, after passing it to the processor's `accept` (so record prompt tokens
+ * before setting a processor that must see only generated ones). Returns CORRAL_OK,
+ * CORRAL_INVALID_ARGUMENT for a token outside [0, n_vocab), or the processor's error (nothing
+ * recorded then). Never allocates (unless the processor does). */
 corral_status sampler_accept(sampler *s, int32_t token);
 
+/* The processor's `finished` answer (see sampler_processor); 0 without a processor or callback. */
+int sampler_finished(const sampler *s);
+
 /* Forget the accepted tokens and restart the random generator from the seed: the sampler then
- * behaves exactly like a new one with the same params. The processor stays set. */
+ * behaves exactly like a new one with the same params. The processor stays set (its own state is
+ * its owner's to reset). */
 void sampler_reset(sampler *s);
 
 #endif /* CORRAL_SAMPLER_H */
