@@ -41,6 +41,7 @@ typedef enum cfg_type {
     CFG_TYPE_PRIORITY,  /* background | interactive | realtime */
     CFG_TYPE_KV_TYPE,   /* f16 | f32 (stored as bool: f32) */
     CFG_TYPE_POLICY,    /* an eviction policy name (policies/evict.h), stored as a string */
+    CFG_TYPE_STEPS,     /* sanitizer steps: a list of single-key mappings `- kind: {k: v, ...}` */
     CFG_TYPE_ENDPOINTS, /* a sequence of endpoint strings (or one string) */
     CFG_TYPE_NAMES,     /* a sequence of names (or one name) */
     CFG_TYPE_LIST,      /* a sequence of mappings, each walked against item_table */
@@ -80,6 +81,17 @@ struct cfg_table {
         .fmin = lo, .fmax = hi, .min = (int64_t)(lo), .max = (int64_t)(hi),                \
         .has_offset = offsetof(cfg_model, defaults.has_##field), .doc = what               \
     }
+
+static const cfg_option adapter_options[] = {
+    {.path = "path", .type = CFG_TYPE_PATH, .offset = offsetof(cfg_adapter, path),
+     .required = true, NO_HAS,
+     .doc = "LoRA adapter: a llama.cpp GGUF adapter, or a PEFT folder (adapter_config.json and "
+            "adapter_model.safetensors); relative to this file's folder"},
+    {.path = "scale", .type = CFG_TYPE_FLOAT, .offset = offsetof(cfg_adapter, scale),
+     .fmin = -100, .fmax = 100, .default_value = "1.0", NO_HAS,
+     .doc = "strength: multiplies the adapter's alpha/r"},
+};
+static const cfg_table adapter_table = {adapter_options, N_OF(adapter_options)};
 
 static const cfg_option model_options[] = {
     {.path = "name",
@@ -140,6 +152,21 @@ static const cfg_option model_options[] = {
      .offset = offsetof(cfg_model, chat_template),
      NO_HAS,
      .doc = "chat template name overriding the file's (chatml, llama3, ...)"},
+    {.path = "sanitizer",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_model, sanitizer),
+     NO_HAS,
+     .doc = "sanitizer profile applied to what clients send to this model (`sanitizers`)"},
+    {.path = "adapters",
+     .type = CFG_TYPE_LIST,
+     .offset = offsetof(cfg_model, adapters),
+     .count_offset = offsetof(cfg_model, n_adapters),
+     .item_table = &adapter_table,
+     .item_size = sizeof(cfg_adapter),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "LoRA adapters merged into `path` ({path, scale}): the entry is a variant of that "
+            "base, a model of its own; merged weights are kept in cache.dir"},
     SAMPLING_OPT("temperature", CFG_TYPE_FLOAT, temperature, 0, 100, "sampling temperature"),
     SAMPLING_OPT("top_k", CFG_TYPE_INT, top_k, 0, 1 << 24, "top-k (0 = off)"),
     SAMPLING_OPT("top_p", CFG_TYPE_FLOAT, top_p, 1e-9, 1, "top-p (1 = off)"),
@@ -177,8 +204,32 @@ static const cfg_option app_options[] = {
      .default_value = "interactive",
      NO_HAS,
      .doc = "highest class the app may ask for"},
+    {.path = "sanitizer",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_app, sanitizer),
+     NO_HAS,
+     .doc = "sanitizer profile for the app's requests, instead of each model's"},
 };
 static const cfg_table app_table = {app_options, N_OF(app_options)};
+
+static const cfg_option sanitizer_options[] = {
+    {.path = "name",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_sanitizer, name),
+     .required = true,
+     NO_HAS,
+     .doc = "the profile's name (models' and apps' `sanitizer`, Generate.sanitizer)"},
+    {.path = "steps",
+     .type = CFG_TYPE_STEPS,
+     .offset = offsetof(cfg_sanitizer, steps),
+     .count_offset = offsetof(cfg_sanitizer, n_steps),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "in order: utf8 {mode: reject|repair}, invisible {}, special_tokens {mode: "
+            "keep|strip}, max_input {bytes, tokens}, deny {NAME: REGEX, ...}, normalize_space "
+            "{trim, collapse, max_newlines}, regex {pattern}, plugin {path, ...settings}"},
+};
+static const cfg_table sanitizer_table = {sanitizer_options, N_OF(sanitizer_options)};
 
 static const cfg_option root_options[] = {
     {.path = "listen",
@@ -321,6 +372,29 @@ static const cfg_option root_options[] = {
      NO_HAS,
      .doc = "what goes first when room is needed: lru (least recently used) or lru-cost (idle "
             "time weighed by the cost of bringing it back)"},
+    {.path = "cache.dir",
+     .type = CFG_TYPE_PATH,
+     .offset = offsetof(cfg, cache_dir),
+     .default_value = "/var/tmp/corral/cache",
+     NO_HAS,
+     .doc = "where merged (LoRA) weights are kept between loads"},
+    {.path = "cache.limit",
+     .type = CFG_TYPE_BYTES,
+     .offset = offsetof(cfg, cache_limit),
+     .min = 0,
+     .max = INT64_MAX,
+     .default_value = "32GiB",
+     NO_HAS,
+     .doc = "size of cache.dir: the least recently used images are removed beyond it (0: none)"},
+    {.path = "sanitizers",
+     .type = CFG_TYPE_LIST,
+     .offset = offsetof(cfg, sanitizers),
+     .count_offset = offsetof(cfg, n_sanitizers),
+     .item_table = &sanitizer_table,
+     .item_size = sizeof(cfg_sanitizer),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "input sanitizer profiles (name, steps) that models and apps name"},
     {.path = "models",
      .type = CFG_TYPE_LIST,
      .offset = offsetof(cfg, models),
@@ -329,8 +403,8 @@ static const cfg_option root_options[] = {
      .item_size = sizeof(cfg_model),
      .default_value = "[]",
      NO_HAS,
-     .doc = "the models served (name, path, context, kv_type, priority, pin, preload, template, "
-            "defaults: {temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, "
+     .doc = "the models served (name, path, context, kv_type, priority, pin, preload, ttl_ms, "
+            "template, adapters: [{path, scale}], defaults: {temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, "
             "frequency_penalty, penalty_last_n, max_tokens})"},
     {.path = "apps",
      .type = CFG_TYPE_LIST,
@@ -593,7 +667,7 @@ static corral_status cfg_set_list(cfg_loader *ld, const cfg_option *opt, void *b
         for (size_t k = 0; st == CORRAL_OK && k < done; k++) {
             const char *other = *(char **)(items + k * opt->item_size + it->options[0].offset);
             if (strcmp(name, other) == 0)
-                st = cfg_fail(ld, item, "%s: the name '%s' is used twice", opt->path, name);
+                st = cfg_fail(ld, item, "%s: '%s' is listed twice", opt->path, name);
         }
         if (st == CORRAL_OK && it == &model_table)
             ((cfg_model *)ib)->cfg_line = (int)item->start_mark.line + 1;
@@ -613,10 +687,105 @@ static corral_status cfg_set_list(cfg_loader *ld, const cfg_option *opt, void *b
     return CORRAL_OK;
 }
 
+static void free_steps(cfg_policy_step *steps, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(steps[i].kind);
+        free(steps[i].path);
+        for (size_t k = 0; k < steps[i].n_params; k++) {
+            free(steps[i].params[k].key);
+            free(steps[i].params[k].value);
+        }
+        free(steps[i].params);
+    }
+    free(steps);
+}
+
+/* STEPS: `- kind: {key: value, ...}` (or `- kind:` with no settings). The settings are kept as
+ * strings; the policies module checks them when the profile is built. A plugin's `path` is
+ * resolved against the config file's folder. */
+static corral_status cfg_set_steps(cfg_loader *ld, const cfg_option *opt, void *base,
+                                   yaml_node_t *node) {
+    if (node->type == YAML_SCALAR_NODE && !scalar_text(node)[0]) node = NULL;
+    else if (node->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(ld, node, "%s: expected a list of steps, got %s", opt->path,
+                        node_kind(node));
+    size_t n = node ? (size_t)(node->data.sequence.items.top - node->data.sequence.items.start) : 0;
+    cfg_policy_step *steps = calloc(n ? n : 1, sizeof *steps);
+    if (!steps) return cfg_oom(ld);
+    corral_status st = CORRAL_OK;
+    for (size_t i = 0; i < n && st == CORRAL_OK; i++) {
+        yaml_node_t *item = yaml_document_get_node(ld->doc, node->data.sequence.items.start[i]);
+        if (item->type != YAML_MAPPING_NODE ||
+            item->data.mapping.pairs.top - item->data.mapping.pairs.start != 1) {
+            st = cfg_fail(ld, item, "%s: each step is a mapping with one key, the step's kind "
+                                    "(e.g. `- utf8: {mode: reject}`)",
+                          opt->path);
+            break;
+        }
+        yaml_node_t *key = yaml_document_get_node(ld->doc, item->data.mapping.pairs.start->key);
+        yaml_node_t *val = yaml_document_get_node(ld->doc, item->data.mapping.pairs.start->value);
+        if (key->type != YAML_SCALAR_NODE || !scalar_text(key)[0]) {
+            st = cfg_fail(ld, key, "%s: a step's kind must be a name", opt->path);
+            break;
+        }
+        if (!(steps[i].kind = strdup(scalar_text(key)))) {
+            st = cfg_oom(ld);
+            break;
+        }
+        if (val->type == YAML_SCALAR_NODE && !scalar_text(val)[0]) continue; /* no settings */
+        if (val->type != YAML_MAPPING_NODE) {
+            st = cfg_fail(ld, val, "%s: the settings of step '%s' must be a mapping, got %s",
+                          opt->path, steps[i].kind, node_kind(val));
+            break;
+        }
+        size_t np = (size_t)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
+        steps[i].params = calloc(np ? np : 1, sizeof *steps[i].params);
+        if (!steps[i].params) {
+            st = cfg_oom(ld);
+            break;
+        }
+        for (size_t k = 0; k < np && st == CORRAL_OK; k++) {
+            yaml_node_t *pk = yaml_document_get_node(ld->doc, val->data.mapping.pairs.start[k].key);
+            yaml_node_t *pv =
+                yaml_document_get_node(ld->doc, val->data.mapping.pairs.start[k].value);
+            if (pk->type != YAML_SCALAR_NODE || pv->type != YAML_SCALAR_NODE) {
+                st = cfg_fail(ld, pv, "%s: step '%s': settings are `name: value` pairs",
+                              opt->path, steps[i].kind);
+                break;
+            }
+            const char *pkey = scalar_text(pk), *pval = scalar_text(pv);
+            if (strcmp(steps[i].kind, "plugin") == 0 && strcmp(pkey, "path") == 0) {
+                size_t need = (ld->base_dir ? strlen(ld->base_dir) : 0) + strlen(pval) + 2;
+                steps[i].path = malloc(need);
+                if (!steps[i].path) st = cfg_oom(ld);
+                else if (pval[0] == '/' || !ld->base_dir) snprintf(steps[i].path, need, "%s", pval);
+                else snprintf(steps[i].path, need, "%s/%s", ld->base_dir, pval);
+                continue;
+            }
+            cfg_policy_param *pp = &steps[i].params[steps[i].n_params++];
+            if (!(pp->key = strdup(pkey)) || !(pp->value = strdup(pval))) st = cfg_oom(ld);
+        }
+        if (st == CORRAL_OK && strcmp(steps[i].kind, "plugin") == 0 && !steps[i].path)
+            st = cfg_fail(ld, val, "%s: step 'plugin' needs a `path`", opt->path);
+    }
+    if (st != CORRAL_OK) {
+        free_steps(steps, n);
+        return st;
+    }
+    cfg_policy_step **field = (cfg_policy_step **)((char *)base + opt->offset);
+    size_t *count = (size_t *)((char *)base + opt->count_offset);
+    free_steps(*field, *count);
+    *field = steps;
+    *count = n;
+    return CORRAL_OK;
+}
+
 static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void *base,
                                     yaml_node_t *node) {
     void *field = (char *)base + opt->offset;
     switch (opt->type) {
+        case CFG_TYPE_STEPS:
+            return cfg_set_steps(ld, opt, base, node);
         case CFG_TYPE_ENDPOINTS:
         case CFG_TYPE_NAMES:
             return cfg_set_strings(ld, opt, base, node);
@@ -731,6 +900,7 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
         case CFG_TYPE_ENDPOINTS:
         case CFG_TYPE_NAMES:
         case CFG_TYPE_LIST:
+        case CFG_TYPE_STEPS:
             break;
     }
     if (want) return cfg_fail(ld, node, "%s: expected %s, got '%s'", opt->path, want, text);
@@ -853,6 +1023,13 @@ static void cfg_free_fields(const cfg_table *t, void *base) {
                 *count = 0;
                 break;
             }
+            case CFG_TYPE_STEPS: {
+                size_t *count = (size_t *)((char *)base + opt->count_offset);
+                free_steps(*(cfg_policy_step **)field, *count);
+                *(cfg_policy_step **)field = NULL;
+                *count = 0;
+                break;
+            }
             case CFG_TYPE_LIST: {
                 size_t *count = (size_t *)((char *)base + opt->count_offset);
                 char *items = *(char **)field;
@@ -883,6 +1060,28 @@ static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err
                                     c->models[i].name, c->models[i].path,
                                     errno ? strerror(errno) : "not a regular file");
     }
+    for (size_t i = 0; i < c->n_models; i++)
+        for (size_t k = 0; k < c->models[i].n_adapters; k++) {
+            struct stat st;
+            if (stat(c->models[i].adapters[k].path, &st) != 0)
+                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                        "%s:%d:3: model '%s': adapter %s: %s", name,
+                                        c->models[i].cfg_line, c->models[i].name,
+                                        c->models[i].adapters[k].path, strerror(errno));
+        }
+    for (size_t i = 0; i < c->n_models; i++)
+        if (c->models[i].sanitizer && !cfg_find_sanitizer(c, c->models[i].sanitizer))
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%s:%d:3: model '%s' names sanitizer profile '%s', which is "
+                                    "not in `sanitizers`",
+                                    name, c->models[i].cfg_line, c->models[i].name,
+                                    c->models[i].sanitizer);
+    for (size_t i = 0; i < c->n_apps; i++)
+        if (c->apps[i].sanitizer && !cfg_find_sanitizer(c, c->apps[i].sanitizer))
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%s: app '%s' names sanitizer profile '%s', which is not in "
+                                    "`sanitizers`",
+                                    name, c->apps[i].name, c->apps[i].sanitizer);
     for (size_t i = 0; i < c->n_apps; i++)
         for (size_t k = 0; k < c->apps[i].n_models; k++)
             if (!cfg_find_model(c, c->apps[i].models[k]))
@@ -986,6 +1185,12 @@ const cfg_app *cfg_find_app(const cfg *c, const char *name) {
     return NULL;
 }
 
+const cfg_sanitizer *cfg_find_sanitizer(const cfg *c, const char *name) {
+    for (size_t i = 0; name && i < c->n_sanitizers; i++)
+        if (strcmp(c->sanitizers[i].name, name) == 0) return &c->sanitizers[i];
+    return NULL;
+}
+
 bool cfg_app_allows_model(const cfg_app *app, const char *model) {
     if (!app || app->n_models == 0) return true;
     for (size_t i = 0; i < app->n_models; i++)
@@ -1029,7 +1234,8 @@ static void print_table(FILE *out, const cfg_table *t, const char *prefix) {
         [CFG_TYPE_STRING] = "string",   [CFG_TYPE_PATH] = "path",
         [CFG_TYPE_LOG_LEVEL] = "level", [CFG_TYPE_PRIORITY] = "priority",
         [CFG_TYPE_KV_TYPE] = "f16|f32", [CFG_TYPE_ENDPOINTS] = "endpoints",
-        [CFG_TYPE_POLICY] = "policy",   [CFG_TYPE_NAMES] = "names",
+        [CFG_TYPE_POLICY] = "policy",
+        [CFG_TYPE_STEPS] = "steps",   [CFG_TYPE_NAMES] = "names",
         [CFG_TYPE_LIST] = "list",
     };
     for (size_t i = 0; i < t->n; i++) {

@@ -41,6 +41,33 @@ typedef struct cfg_sampling {
     int64_t max_tokens;
 } cfg_sampling;
 
+/* One step of a sanitizer profile: a built-in kind (utf8, invisible, special_tokens, max_input,
+ * deny, normalize_space, regex) or "plugin", with its settings as strings. */
+typedef struct cfg_policy_param {
+    char *key;
+    char *value;
+} cfg_policy_param;
+
+typedef struct cfg_policy_step {
+    char *kind;
+    char *path; /* a plugin's shared library (its `path` setting, resolved like model paths) */
+    cfg_policy_param *params;
+    size_t n_params;
+} cfg_policy_step;
+
+/* A named sanitizer profile (config `sanitizers`). */
+typedef struct cfg_sanitizer {
+    char *name;
+    cfg_policy_step *steps;
+    size_t n_steps;
+} cfg_sanitizer;
+
+/* A LoRA adapter applied to a model entry's base weights. */
+typedef struct cfg_adapter {
+    char *path;  /* GGUF adapter file, or PEFT directory (adapter_config.json + safetensors) */
+    float scale; /* multiplies the adapter's alpha/r */
+} cfg_adapter;
+
 typedef struct cfg_model {
     char *name;            /* unique; what clients ask for */
     char *path;            /* the GGUF file, absolute (relative paths resolve against the
@@ -52,6 +79,9 @@ typedef struct cfg_model {
     bool preload;          /* loaded at start instead of on first use */
     int64_t ttl_ms;        /* unload after this long unused (0: never) */
     char *chat_template;   /* template name overriding the file's; NULL = the file's */
+    cfg_adapter *adapters; /* merged into the weights: the entry is a variant of `path` */
+    size_t n_adapters;
+    char *sanitizer;       /* profile applied to its input; NULL: none */
     cfg_sampling defaults;
     int cfg_line; /* where the entry starts, for messages */
 } cfg_model;
@@ -61,6 +91,7 @@ typedef struct cfg_app {
     char **models; /* models it may use; n_models == 0: all */
     size_t n_models;
     cfg_priority max_priority; /* requests above it are lowered to it */
+    char *sanitizer;           /* profile for its requests instead of the model's; NULL: the model's */
 } cfg_app;
 
 typedef struct cfg {
@@ -85,11 +116,16 @@ typedef struct cfg {
     double high_watermark, low_watermark;
     char *swap_dir;
     char *evict_policy; /* memory.policy: lru | lru-cost */
+    /* cache: merged (LoRA) and repacked weights kept between loads */
+    char *cache_dir;
+    uint64_t cache_limit;
     /* models and apps */
     cfg_model *models;
     size_t n_models;
     cfg_app *apps;
     size_t n_apps;
+    cfg_sanitizer *sanitizers;
+    size_t n_sanitizers;
 } cfg;
 
 /* A configuration holding every default. Caller owns the result (cfg_destroy). NULL only when
@@ -112,6 +148,7 @@ void cfg_destroy(cfg **c);
 /* The model or app called name, or NULL. */
 const cfg_model *cfg_find_model(const cfg *c, const char *name);
 const cfg_app *cfg_find_app(const cfg *c, const char *name);
+const cfg_sanitizer *cfg_find_sanitizer(const cfg *c, const char *name);
 
 /* Whether app (NULL: the default app) may use model; the default app may use every model. */
 bool cfg_app_allows_model(const cfg_app *app, const char *model);

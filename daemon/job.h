@@ -63,6 +63,8 @@ typedef struct job {
     uint32_t n_generated, cap_generated;
     struct kv_cache *kv; /* the job's own cache, or the session's */
     generator *gen;
+    struct policy_gen *pg;  /* its output constraint (regex), or NULL */
+    char *sanitizer_report; /* what the sanitizers changed, for Done; NULL when nothing */
     uint32_t chunk_index;
     char *text; /* non-streaming: the whole output */
     size_t text_len, text_cap;

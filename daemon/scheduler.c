@@ -32,6 +32,9 @@
 #include "corral/tokenizer.h"
 #include "corral/version.h"
 #include "corral/evict.h"
+#include "corral/policy.h"
+#include "corral/sanitize.h"
+#include "lora.h"
 #include "mem.h"
 #include "swap.h"
 
@@ -69,8 +72,13 @@ typedef struct sched_model {
     uint64_t served;
     int64_t last_used_ms; /* Unix time */
     uint64_t swap_ins, swap_outs;
-    mem_owner *owner; /* its memory: a jemalloc arena and the weights' mapping */
-    int64_t load_us;  /* how long the last load took (reload cost) */
+    mem_owner *owner;   /* its memory: a jemalloc arena and the weights' mapping */
+    int64_t load_us;    /* how long the last load took (reload cost) */
+    int64_t merge_us;   /* a variant's last merge: what losing its cached image would cost */
+    uint64_t merges;    /* merges done for it (a cached image spares them) */
+    char *weights_path; /* the file mapped: cfg->path, or a variant's merged image */
+    policy_vocab *pv;   /* its vocabulary for sanitizers and constraints (cached DFAs) */
+    bool verified;      /* a variant's merged image was fully checked once */
     struct sched_model *next;
 } sched_model;
 
@@ -96,8 +104,15 @@ typedef struct app_count {
     struct app_count *next;
 } app_count;
 
+/* The sanitizer profiles built from one configuration (plugins loaded, settings checked). */
+typedef struct profile_set {
+    policy_profile **items;
+    size_t n;
+} profile_set;
+
 typedef struct cfg_keep {
     cfg *c;
+    profile_set profiles;
     struct cfg_keep *next;
 } cfg_keep;
 
@@ -117,6 +132,7 @@ struct sched {
     threadpool *pool; /* compute threads shared by every model (one step at a time) */
     swap_dir *swap;   /* where session caches go when memory is needed */
     const evict_policy *policy;
+    profile_set profiles; /* of the current configuration */
     cfg *config;
     cfg_keep *old_configs;
     sched_model *models;
@@ -126,6 +142,65 @@ struct sched {
     int64_t started_ms;
     uint64_t served;
 };
+
+/* ---- sanitizer profiles ----------------------------------------------------------------------
+ */
+
+static void profiles_free(profile_set *ps) {
+    for (size_t i = 0; i < ps->n; i++) policy_profile_destroy(&ps->items[i]);
+    free(ps->items);
+    ps->items = NULL;
+    ps->n = 0;
+}
+
+/* Build every profile of config c: plugins are loaded and every step's settings checked now, so
+ * that a bad one stops startup (or is refused on reload) with a message naming it. */
+static corral_status profiles_build(const cfg *c, profile_set *out, corral_error *err) {
+    *out = (profile_set){0};
+    if (c->n_sanitizers == 0) return CORRAL_OK;
+    out->items = calloc(c->n_sanitizers, sizeof *out->items);
+    if (!out->items) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < c->n_sanitizers; i++) {
+        const cfg_sanitizer *cs = &c->sanitizers[i];
+        policy_step_desc steps[POLICY_MAX_STEPS];
+        corral_policy_kv *params[POLICY_MAX_STEPS] = {0};
+        corral_status st = CORRAL_OK;
+        if (cs->n_steps > POLICY_MAX_STEPS)
+            st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                  "sanitizer '%s' has %zu steps; at most %d", cs->name,
+                                  cs->n_steps, POLICY_MAX_STEPS);
+        for (size_t k = 0; st == CORRAL_OK && k < cs->n_steps; k++) {
+            const cfg_policy_step *cstep = &cs->steps[k];
+            if (cstep->n_params) {
+                params[k] = calloc(cstep->n_params, sizeof *params[k]);
+                if (!params[k]) {
+                    st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+                    break;
+                }
+            }
+            for (size_t q = 0; q < cstep->n_params; q++)
+                params[k][q] = (corral_policy_kv){.key = cstep->params[q].key,
+                                                  .value = cstep->params[q].value};
+            steps[k] = (policy_step_desc){.kind = cstep->kind,
+                                          .path = cstep->path,
+                                          .params = params[k],
+                                          .n_params = cstep->n_params};
+        }
+        if (st == CORRAL_OK) {
+            out->items[out->n] = policy_profile_new(cs->name, steps, cs->n_steps, err);
+            if (out->items[out->n])
+                out->n++;
+            else
+                st = err->status;
+        }
+        for (size_t k = 0; k < POLICY_MAX_STEPS; k++) free(params[k]);
+        if (st != CORRAL_OK) {
+            profiles_free(out);
+            return st;
+        }
+    }
+    return CORRAL_OK;
+}
 
 /* ---- time ----------------------------------------------------------------------------------- */
 
@@ -316,6 +391,7 @@ static void model_release(sched *s, sched_model *sm, int state) {
     for (sched_session *ss = s->sessions; ss; ss = ss->next)
         if (ss->model == sm) session_swap_out(s, ss);
     model_runner_destroy(&sm->runner);
+    policy_vocab_destroy(&sm->pv);
     model_destroy(&sm->m);
     mem_owner_destroy(&sm->owner);
     if (sm->state == MODEL_RESIDENT) {
@@ -375,7 +451,7 @@ static corral_status make_room(sched *s, uint64_t need, const sched_model *prote
                                            .last_used_ms = sm->last_used_ms,
                                            .bytes = model_bytes(sm),
                                            .reload_bytes = mem_owner_mapped_bytes(sm->owner),
-                                           .rebuild_us = 0,
+                                           .rebuild_us = (uint64_t)sm->merge_us,
                                            .user = sm};
         const int k = evict_pick(s->policy, c, n, unix_ms());
         if (k < 0) break;
@@ -392,6 +468,53 @@ static corral_status make_room(sched *s, uint64_t need, const sched_model *prote
                             need / 1048576.0, holders);
 }
 
+/* Set sm->weights_path: the model's own file, or for a variant the merged image in cache.dir,
+ * merging its adapters first when the cache has no valid image (the merge runs on the compute
+ * pool, between requests' steps). */
+static corral_status variant_prepare(sched *s, sched_model *sm, corral_error *err) {
+    const cfg_model *mc = sm->cfg;
+    const char *path = mc->path;
+    lora_variant v;
+    if (mc->n_adapters > 0) {
+        lora_source sources[LORA_MAX_ADAPTERS];
+        if (mc->n_adapters > LORA_MAX_ADAPTERS)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "model '%s': more than %d adapters", sm->name,
+                                    LORA_MAX_ADAPTERS);
+        for (size_t i = 0; i < mc->n_adapters; i++)
+            sources[i] = (lora_source){.path = mc->adapters[i].path, .scale = mc->adapters[i].scale};
+        const lora_variant_request req = {
+            .base_path = mc->path,
+            .adapters = sources,
+            .n_adapters = (uint32_t)mc->n_adapters,
+            .cache_dir = s->config->cache_dir,
+            .cache_limit_bytes = s->config->cache_limit,
+            .pool = s->pool,
+            /* Every byte is checked the first time; later swap-ins trust the verified image. */
+            .verify = sm->verified ? IMAGE_VERIFY_METADATA : IMAGE_VERIFY_FULL};
+        const unsigned scope = mem_scope_default();
+        corral_status st = lora_variant_prepare(&req, &v, err);
+        mem_scope_leave(scope);
+        if (st != CORRAL_OK) return corral_error_prefix(err, "model '%s'", sm->name);
+        sm->verified = true;
+        if (!v.cache_hit) {
+            sm->merges++;
+            sm->merge_us = (int64_t)(v.merge_seconds * 1e6);
+            log_info("variant merged", LOG_STR("model", sm->name), LOG_STR("base", mc->path),
+                     LOG_UINT("adapters", mc->n_adapters), LOG_F64("seconds", v.merge_seconds),
+                     LOG_STR("reason", image_problem_name(v.reason)), LOG_STR("image", v.path));
+        }
+        path = v.path;
+    }
+    const unsigned scope = mem_scope_default();
+    char *copy = strdup(path);
+    mem_scope_leave(scope);
+    if (!copy) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    free(sm->weights_path);
+    sm->weights_path = copy;
+    return CORRAL_OK;
+}
+
 static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *load_us,
                                          corral_error *err) {
     if (sm->state == MODEL_RESIDENT) return CORRAL_OK;
@@ -400,6 +523,7 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     corral_status st = make_room(s, need, sm, err);
     if (st != CORRAL_OK) return st;
     const int64_t t0 = mono_us();
+    if ((st = variant_prepare(s, sm, err)) != CORRAL_OK) return st;
     const int before = sm->state;
     sm->state = MODEL_LOADING;
     sm->owner = mem_owner_new();
@@ -409,8 +533,9 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     }
     /* Everything the model allocates lives in its own arena. */
     const unsigned scope = mem_scope_enter(sm->owner);
-    model *m = model_load(sm->cfg->path, NULL, err);
+    model *m = model_load(sm->weights_path, NULL, err);
     model_runner *r = NULL;
+    policy_vocab *pv = NULL;
     uint32_t ctx = 0;
     chat_template tmpl = CHAT_TEMPLATE_NONE;
     if (!m) {
@@ -432,6 +557,10 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
             corral_error_set(err, CORRAL_INVALID_ARGUMENT, "model '%s': %s", sm->name, why.message);
         else if (!(r = model_runner_new(m, (uint32_t)s->config->prefill_chunk, s->pool, err)))
             corral_error_prefix(err, "model '%s'", sm->name);
+        else if (!(pv = policy_vocab_new(model_get_tokenizer(m), err))) {
+            corral_error_prefix(err, "model '%s'", sm->name);
+            model_runner_destroy(&r);
+        }
     }
     if (!r) {
         model_destroy(&m);
@@ -444,6 +573,7 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     mem_owner_set_mapped(sm->owner, gguf_file_size(model_get_gguf(m)));
     sm->m = m;
     sm->runner = r;
+    sm->pv = pv;
     sm->context = ctx;
     sm->tmpl = tmpl;
     sm->state = MODEL_RESIDENT;
@@ -454,7 +584,7 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     make_room(s, 0, sm, &ignored);
     if (load_us) *load_us = sm->load_us;
     log_info(before == MODEL_SWAPPED ? "model swapped in" : "model loaded",
-             LOG_STR("model", sm->name), LOG_STR("path", sm->cfg->path),
+             LOG_STR("model", sm->name), LOG_STR("path", sm->weights_path),
              LOG_STR("arch", model_get_hparams(m)->arch), LOG_UINT("context", ctx),
              LOG_STR("template", chat_template_name(tmpl)), LOG_F64("ms", sm->load_us / 1000.0),
              LOG_UINT("bytes", model_bytes(sm)));
@@ -469,8 +599,13 @@ static void models_sync(sched *s, cfg *c) {
             sm->removed = true;
             continue;
         }
+        bool adapters_changed = sm->cfg && sm->cfg->n_adapters != entry->n_adapters;
+        for (size_t k = 0; sm->cfg && !adapters_changed && k < entry->n_adapters; k++)
+            adapters_changed = strcmp(sm->cfg->adapters[k].path, entry->adapters[k].path) != 0 ||
+                               sm->cfg->adapters[k].scale != entry->adapters[k].scale;
         if (sm->cfg &&
-            (strcmp(sm->cfg->path, entry->path) != 0 || sm->cfg->context != entry->context ||
+            (adapters_changed || strcmp(sm->cfg->path, entry->path) != 0 ||
+             sm->cfg->context != entry->context ||
              sm->cfg->kv_f32 != entry->kv_f32 ||
              (sm->cfg->chat_template == NULL) != (entry->chat_template == NULL) ||
              (entry->chat_template && strcmp(sm->cfg->chat_template, entry->chat_template) != 0)))
@@ -571,6 +706,7 @@ static void job_release(sched *s, job *j) {
         }
     j->next = NULL;
     gen_destroy(&j->gen);
+    policy_gen_destroy(&j->pg); /* after the generator that used it */
     if (j->session) {
         sched_session *ss = j->session;
         /* The session keeps what is in its cache: prompt ids, then generated ids, as far as the
@@ -664,6 +800,7 @@ static void finish_done(sched *s, job *j, Corral__V1__StopReason reason) {
     d.generated_tokens = j->n_generated;
     d.timings = &t;
     d.model = j->model->name;
+    if (j->sanitizer_report) d.sanitizer_report = j->sanitizer_report;
     Corral__V1__Response r = CORRAL__V1__RESPONSE__INIT;
     r.body_case = CORRAL__V1__RESPONSE__BODY_DONE;
     r.done = &d;
@@ -731,28 +868,87 @@ static corral_status build_params(const job *j, const sched_model *sm, gen_param
     return CORRAL_OK;
 }
 
-/* Tokenize the request's prompt or chat for the model. */
-static corral_status tokenize_request(const job *j, const sched_model *sm, int32_t **ids, size_t *n,
+/* The sanitizer profile a job runs under: the request's, else its app's, else its model's; NULL
+ * for none. The names were checked at admission and configuration time. */
+static const policy_profile *profile_find(const sched *s, const char *name) {
+    for (size_t i = 0; name && i < s->profiles.n; i++)
+        if (strcmp(policy_profile_name(s->profiles.items[i]), name) == 0)
+            return s->profiles.items[i];
+    return NULL;
+}
+
+static corral_status job_profile(sched *s, const job *j, const policy_profile **out,
+                                 corral_error *err) {
+    const char *name = j->req->generate->sanitizer[0] ? j->req->generate->sanitizer : NULL;
+    const cfg_app *app = cfg_find_app(s->config, j->app);
+    if (!name && app) name = app->sanitizer;
+    if (!name) name = j->model->cfg->sanitizer;
+    *out = profile_find(s, name);
+    if (name && !*out)
+        return corral_error_set(err, CORRAL_NOT_FOUND, "sanitizer profile '%s' is not configured",
+                                name);
+    return CORRAL_OK;
+}
+
+/* Run the profile over every piece of user text (the prompt, or each message's content) and
+ * tokenize what comes out. The report of the last piece (or the first rejection) goes to the job:
+ * it is part of Done, or of the Error's message. */
+static corral_status tokenize_request(sched *s, job *j, const sched_model *sm,
+                                      const policy_profile *profile, int32_t **ids, size_t *n,
                                       corral_error *err) {
     const Corral__V1__Generate *g = j->req->generate;
     const tokenizer *tok = model_get_tokenizer(sm->m);
-    if (g->n_messages == 0)
-        return prompt_tokenize_text(tok, g->prompt, strlen(g->prompt), ids, n, err);
-    chat_template tmpl = sm->tmpl;
-    if (g->template_[0]) {
-        tmpl = chat_template_from_name(g->template_, err);
-        if (tmpl == CHAT_TEMPLATE_UNKNOWN) return err->status = CORRAL_INVALID_ARGUMENT;
+    (void)s;
+    const size_t n_texts = g->n_messages ? g->n_messages : 1;
+    char **clean = calloc(n_texts, sizeof *clean);
+    if (!clean) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    corral_status st = CORRAL_OK;
+    sanitize_report report = {0};
+    for (size_t i = 0; i < n_texts && st == CORRAL_OK; i++) {
+        const char *text = g->n_messages ? g->messages[i]->content : g->prompt;
+        size_t len;
+        st = policy_sanitize(profile, sm->pv, text, strlen(text), &clean[i], &len, &report, err);
+        if (st == CORRAL_OK && strlen(clean[i]) != len)
+            st = corral_error_set(err, CORRAL_SANITIZER_REJECTED,
+                                  "the input contains NUL bytes (message %zu)", i);
     }
-    chat_message *msgs = malloc(g->n_messages * sizeof *msgs);
-    if (!msgs) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
-    for (size_t i = 0; i < g->n_messages; i++)
-        msgs[i] = (chat_message){.role = g->messages[i]->role, .content = g->messages[i]->content};
-    corral_status st = prompt_tokenize_chat(tok, tmpl, msgs, g->n_messages, ids, n, err);
-    free(msgs);
+    if (profile) {
+        char line[512];
+        sanitize_report_format(&report, line, sizeof line);
+        /* The job outlives the model's arena (the server frees it): the default arena. */
+        const unsigned scope = mem_scope_default();
+        free(j->sanitizer_report);
+        j->sanitizer_report = strdup(line);
+        mem_scope_leave(scope);
+        if (st == CORRAL_SANITIZER_REJECTED) {
+            /* Keep the rejection first, then what each step saw. */
+            char message[CORRAL_ERROR_MESSAGE_MAX];
+            snprintf(message, sizeof message, "%s", err->message);
+            corral_error_set(err, st, "%.300s (report: %.180s)", message, line);
+        }
+    }
+    if (st == CORRAL_OK) {
+        if (g->n_messages == 0) {
+            st = prompt_tokenize_text(tok, clean[0], strlen(clean[0]), ids, n, err);
+        } else {
+            chat_template tmpl = sm->tmpl;
+            if (g->template_[0]) {
+                tmpl = chat_template_from_name(g->template_, err);
+                if (tmpl == CHAT_TEMPLATE_UNKNOWN) st = err->status = CORRAL_INVALID_ARGUMENT;
+            }
+            chat_message *msgs = st == CORRAL_OK ? malloc(n_texts * sizeof *msgs) : NULL;
+            if (st == CORRAL_OK && !msgs) st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+            for (size_t i = 0; msgs && i < n_texts; i++)
+                msgs[i] = (chat_message){.role = g->messages[i]->role, .content = clean[i]};
+            if (msgs) st = prompt_tokenize_chat(tok, tmpl, msgs, n_texts, ids, n, err);
+            free(msgs);
+        }
+    }
+    for (size_t i = 0; i < n_texts; i++) free(clean[i]);
+    free(clean);
     return st;
 }
 
-/* Find or create the job's session; checks ownership and the model. */
 /* Find the job's session, or make one (its image on disk, from before a restart, is picked up);
  * checks ownership and the model. Session bookkeeping lives in the default arena. */
 static corral_status session_attach(sched *s, job *j, corral_error *err) {
@@ -840,9 +1036,12 @@ static corral_status job_start(sched *s, job *j, bool *wait, corral_error *err) 
     uint32_t max_tokens = 0;
     if ((st = build_params(j, sm, &gp, &max_tokens, err)) != CORRAL_OK) return st;
 
+    const policy_profile *profile = NULL;
+    if ((st = job_profile(s, j, &profile, err)) != CORRAL_OK) return st;
+
     const unsigned scope = mem_scope_enter(sm->owner);
     size_t n_prompt = 0;
-    st = tokenize_request(j, sm, &j->prompt, &n_prompt, err);
+    st = tokenize_request(s, j, sm, profile, &j->prompt, &n_prompt, err);
     if (st == CORRAL_OK && n_prompt == 0)
         st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                               "the prompt is empty and model '%s' adds no BOS token", sm->name);
@@ -893,12 +1092,22 @@ static corral_status job_start(sched *s, job *j, bool *wait, corral_error *err) 
         j->n_prefilled = common;
     }
     if (st == CORRAL_OK) {
+        /* The output restrictions: the request's regex and the profile's generation hooks. */
+        const char *regex = j->req->generate->constraint;
+        j->pg = policy_gen_new(profile, sm->pv, regex, strlen(regex), err);
+        if (!j->pg)
+            st = err->status;
+        else
+            gp.processor = policy_gen_processor(j->pg);
+    }
+    if (st == CORRAL_OK) {
         j->gen = gen_new(sm->m, sm->runner, j->kv, &gp, err);
         if (!j->gen) st = err->status;
     }
     mem_scope_leave(scope);
     if (st != CORRAL_OK) {
         /* Keep nothing: the job either fails or tries again from scratch. */
+        policy_gen_destroy(&j->pg);
         if (j->kv && !j->session) model_kv_free(sm, &j->kv);
         j->kv = NULL;
         if (j->session && j->session->busy == j) j->session->busy = NULL;
@@ -1032,6 +1241,26 @@ static void job_step_started(sched *s, job *j) {
 /* ---- quick requests -----------------------------------------------------------------------------
  */
 
+/* The adapters of a variant as protocol messages, in one allocation freed with free(): the
+ * pointer array first, then the messages. *n gets their count; NULL when there are none (or no
+ * memory: the listing then omits them). */
+static Corral__V1__AdapterInfo **adapter_infos(const cfg_model *mc, size_t *n) {
+    *n = 0;
+    if (!mc->n_adapters) return NULL;
+    Corral__V1__AdapterInfo **ptrs =
+        malloc(mc->n_adapters * (sizeof *ptrs + sizeof(Corral__V1__AdapterInfo)));
+    if (!ptrs) return NULL;
+    Corral__V1__AdapterInfo *items = (Corral__V1__AdapterInfo *)(ptrs + mc->n_adapters);
+    for (size_t i = 0; i < mc->n_adapters; i++) {
+        corral__v1__adapter_info__init(&items[i]);
+        items[i].path = mc->adapters[i].path;
+        items[i].scale = mc->adapters[i].scale;
+        ptrs[i] = &items[i];
+    }
+    *n = mc->n_adapters;
+    return ptrs;
+}
+
 static void fill_model_status(sched_model *sm, Corral__V1__ModelStatus *ms) {
     corral__v1__model_status__init(ms);
     ms->name = sm->name;
@@ -1047,6 +1276,10 @@ static void fill_model_status(sched_model *sm, Corral__V1__ModelStatus *ms) {
     ms->sessions = sm->n_sessions;
     ms->swap_ins = sm->swap_ins;
     ms->swap_outs = sm->swap_outs;
+    ms->merges = sm->merges;
+    ms->last_load_ms = (uint64_t)(sm->load_us / 1000);
+    if (sm->cfg->n_adapters) ms->base_path = sm->cfg->path;
+    ms->adapters = adapter_infos(sm->cfg, &ms->n_adapters);
 }
 
 static void answer_status(sched *s, job *j) {
@@ -1097,6 +1330,7 @@ static void answer_status(sched *s, job *j) {
     r.body_case = CORRAL__V1__RESPONSE__BODY_STATUS;
     r.status = &reply;
     emit(s, j, &r, true);
+    for (size_t i = 0; i < k; i++) free(items[i].adapters);
     free(items);
     free(ptrs);
 }
@@ -1126,6 +1360,7 @@ static void answer_list(sched *s, job *j) {
         mi->chat_template = (char *)(tn ? tn : "");
         mi->state = (Corral__V1__ModelState)sm->state;
         mi->pinned = sm->pinned;
+        mi->adapters = adapter_infos(sm->cfg, &mi->n_adapters);
         ptrs[k++] = mi;
     }
     Corral__V1__ModelList list = CORRAL__V1__MODEL_LIST__INIT;
@@ -1135,6 +1370,7 @@ static void answer_list(sched *s, job *j) {
     r.body_case = CORRAL__V1__RESPONSE__BODY_MODELS;
     r.models = &list;
     emit(s, j, &r, true);
+    for (size_t i = 0; i < k; i++) free(items[i].adapters);
     free(items);
     free(ptrs);
 }
@@ -1283,12 +1519,7 @@ static void admit_generate(sched *s, job *j) {
             return;
         }
     }
-    if (g->constraint[0]) {
-        emit_error(s, j, CORRAL_UNSUPPORTED,
-                   "this corrald does not support output constraints (Generate.constraint)");
-        return;
-    }
-    if (g->sanitizer[0]) {
+    if (g->sanitizer[0] && !profile_find(s, g->sanitizer)) {
         emit_error(s, j, CORRAL_NOT_FOUND, "sanitizer profile '%s' is not configured",
                    g->sanitizer);
         return;
@@ -1436,10 +1667,22 @@ static void *sched_main(void *arg) {
 
         if (reload) {
             cfg_keep *keep = malloc(sizeof *keep);
+            profile_set profiles;
+            corral_error perr;
+            if (keep && profiles_build(reload, &profiles, &perr) != CORRAL_OK) {
+                log_error("configuration not reloaded: a sanitizer cannot be built",
+                          LOG_STR("error", perr.message));
+                free(keep);
+                keep = NULL;
+                cfg_destroy(&reload);
+            }
             if (keep) {
+                /* Running jobs may still use the old entries and profiles: keep them. */
                 keep->c = s->config;
+                keep->profiles = s->profiles;
                 keep->next = s->old_configs;
                 s->old_configs = keep;
+                s->profiles = profiles;
                 s->config = reload;
                 s->policy = evict_policy_find(reload->evict_policy);
                 models_sync(s, reload);
@@ -1544,7 +1787,7 @@ sched *sched_new(cfg *c, int notify_fd, corral_error *err) {
              LOG_UINT("temp_removed", scan.temp_removed), LOG_UINT("images_kept", scan.images_kept),
              LOG_UINT("images_removed", scan.images_removed));
     s->pool = threadpool_new((uint32_t)c->threads, err);
-    if (!s->pool) {
+    if (!s->pool || profiles_build(c, &s->profiles, err) != CORRAL_OK) {
         sched_destroy(&s);
         return NULL;
     }
@@ -1648,6 +1891,7 @@ void sched_destroy(sched **ps) {
     for (sched_model *sm = s->models, *next; sm; sm = next) {
         next = sm->next;
         model_release(s, sm, MODEL_UNLOADED);
+        free(sm->weights_path);
         free(sm->name);
         free(sm);
     }
@@ -1659,9 +1903,11 @@ void sched_destroy(sched **ps) {
     }
     for (cfg_keep *k = s->old_configs, *next; k; k = next) {
         next = k->next;
+        profiles_free(&k->profiles);
         cfg_destroy(&k->c);
         free(k);
     }
+    profiles_free(&s->profiles);
     cfg_destroy(&s->pending_cfg);
     cfg_destroy(&s->config);
     pthread_mutex_destroy(&s->mu);
@@ -1674,6 +1920,8 @@ void job_free(job *j) {
     if (!j) return;
     if (j->req) corral__v1__request__free_unpacked(j->req, NULL);
     gen_destroy(&j->gen);
+    policy_gen_destroy(&j->pg);
+    free(j->sanitizer_report);
     free(j->prompt);
     free(j->generated);
     free(j->text);

@@ -107,6 +107,21 @@ void corral_tokens_destroy(corral_tokens **t) {
 
 /* ---- models ------------------------------------------------------------------------------ */
 
+static size_t adapters_size(Corral__V1__AdapterInfo *const *a, size_t n) {
+    size_t size = block_array_size(n, sizeof(corral_adapter));
+    for (size_t i = 0; i < n; i++) size += block_str_size(a[i]->path);
+    return size;
+}
+
+static const corral_adapter *adapters_copy(block *b, Corral__V1__AdapterInfo *const *a, size_t n) {
+    corral_adapter *out = block_take(b, n, sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        out[i].path = block_str(b, a[i]->path);
+        out[i].scale = a[i]->scale;
+    }
+    return out;
+}
+
 corral_status corral_list_models(corral_client *c, int timeout_ms, corral_model_list **out,
                                  corral_error *err) {
     *out = NULL;
@@ -124,7 +139,7 @@ corral_status corral_list_models(corral_client *c, int timeout_ms, corral_model_
     for (size_t i = 0; i < r->n_models; i++) {
         const Corral__V1__ModelInfo *m = r->models[i];
         size += block_str_size(m->name) + block_str_size(m->path) + block_str_size(m->arch) +
-                block_str_size(m->chat_template);
+                block_str_size(m->chat_template) + adapters_size(m->adapters, m->n_adapters);
     }
     block b;
     st = block_open(&b, size, err);
@@ -142,6 +157,8 @@ corral_status corral_list_models(corral_client *c, int timeout_ms, corral_model_
         info->chat_template = block_str(&b, m->chat_template);
         info->state = (corral_model_state)m->state;
         info->pinned = m->pinned;
+        info->n_adapters = m->n_adapters;
+        info->adapters = adapters_copy(&b, m->adapters, m->n_adapters);
     }
     *out = l;
 done:
@@ -176,7 +193,8 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
                   block_str_size(d ? d->version : NULL);
     for (size_t i = 0; i < r->n_models; i++) {
         const Corral__V1__ModelStatus *m = r->models[i];
-        size += block_str_size(m->name);
+        size += block_str_size(m->name) + block_str_size(m->base_path) +
+                adapters_size(m->adapters, m->n_adapters);
     }
     block b;
     st = block_open(&b, size, err);
@@ -200,6 +218,11 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
         ms->swap_outs = m->swap_outs;
         ms->preload = m->preload;
         ms->ttl_ms = m->ttl_ms;
+        ms->base_path = block_str(&b, m->base_path);
+        ms->n_adapters = m->n_adapters;
+        ms->adapters = adapters_copy(&b, m->adapters, m->n_adapters);
+        ms->merges = m->merges;
+        ms->last_load_ms = m->last_load_ms;
     }
     corral_daemon_status *ds = &rep->daemon;
     ds->version = block_str(&b, d ? d->version : NULL);

@@ -196,6 +196,9 @@ typedef struct corral_done {
     uint32_t generated_tokens;
     corral_timings timings;
     char model[128]; /* the model that answered */
+    /* What the input sanitizers did, one "step=verdict(details)" per step; empty when the
+     * request ran under no sanitizer profile. Truncated to fit. */
+    char sanitizer_report[512];
 } corral_done;
 
 /* Called for every chunk in order. Return 0 to go on, nonzero to cancel the generation: the
@@ -300,6 +303,12 @@ typedef enum corral_model_state {
 } corral_model_state;
 
 /* A configured model (proto ModelInfo). Strings are never NULL. */
+/* A LoRA adapter merged into a variant's base weights. */
+typedef struct corral_adapter {
+    const char *path; /* the adapter file (GGUF) or PEFT directory */
+    float scale;      /* 1.0: as trained */
+} corral_adapter;
+
 typedef struct corral_model_info {
     const char *name;
     const char *path;
@@ -308,6 +317,8 @@ typedef struct corral_model_info {
     const char *chat_template; /* "none" for raw completion */
     corral_model_state state;
     bool pinned;
+    size_t n_adapters; /* a variant (path is its base): the adapters merged in, in order */
+    const corral_adapter *adapters;
 } corral_model_info;
 
 typedef struct corral_model_list {
@@ -337,6 +348,11 @@ typedef struct corral_model_status {
     uint64_t swap_ins, swap_outs; /* came back after / was unmapped for a swap-out */
     bool preload;                 /* loaded at start (config) */
     uint64_t ttl_ms;              /* unloaded after this long unused; 0: kept (config) */
+    const char *base_path;        /* a variant's base model file; "" for a plain model */
+    size_t n_adapters;            /* a variant's adapters, in order */
+    const corral_adapter *adapters;
+    uint64_t merges;       /* times its adapters were merged (0 while the cache served) */
+    uint64_t last_load_ms; /* how long its last load or swap-in took */
 } corral_model_status;
 
 /* The daemon's totals (proto DaemonStatus). */

@@ -165,6 +165,8 @@ static void generation_take_done(corral_generation *g, const Corral__V1__Done *d
         out->timings.total_us = d->timings->total_us;
     }
     snprintf(out->model, sizeof out->model, "%s", d->model ? d->model : "");
+    snprintf(out->sanitizer_report, sizeof out->sanitizer_report, "%s",
+             d->sanitizer_report ? d->sanitizer_report : "");
 }
 
 void generation__accept(corral_generation *g, Corral__V1__Response *resp, size_t wire_size) {

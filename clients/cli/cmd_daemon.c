@@ -217,6 +217,34 @@ static void print_model_table(const corral_status_report *r) {
                corral_model_state_name(m->state), mem, age, m->queue_depth, m->active,
                m->requests_served, m->pinned ? "yes" : "no");
     }
+    /* Variants: what they are made of, and whether the merged-image cache served them. */
+    for (size_t i = 0; i < r->n_models; i++) {
+        const corral_model_status *m = &r->models[i];
+        if (!m->base_path[0]) continue;
+        printf("\n%s: %s", m->name, m->base_path);
+        for (size_t k = 0; k < m->n_adapters; k++)
+            printf(" + %s (scale %g)", m->adapters[k].path, (double)m->adapters[k].scale);
+        printf("; merges %" PRIu64 ", last load %" PRIu64 " ms", m->merges, m->last_load_ms);
+    }
+    for (size_t i = 0; i < r->n_models; i++)
+        if (r->models[i].base_path[0]) {
+            printf("\n");
+            break;
+        }
+}
+
+static void json_adapters(json_writer *j, const corral_adapter *a, size_t n) {
+    json_key(j, "adapters");
+    json_begin_array(j);
+    for (size_t i = 0; i < n; i++) {
+        json_begin_object(j);
+        json_key(j, "path");
+        json_string(j, a[i].path);
+        json_key(j, "scale");
+        json_double(j, a[i].scale);
+        json_end_object(j);
+    }
+    json_end_array(j);
 }
 
 static void json_model_statuses(json_writer *j, const corral_status_report *r) {
@@ -251,6 +279,15 @@ static void json_model_statuses(json_writer *j, const corral_status_report *r) {
         json_bool(j, m->preload);
         json_key(j, "ttl_ms");
         json_uint(j, m->ttl_ms);
+        json_key(j, "last_load_ms");
+        json_uint(j, m->last_load_ms);
+        if (m->base_path[0]) {
+            json_key(j, "base_path");
+            json_string(j, m->base_path);
+            json_adapters(j, m->adapters, m->n_adapters);
+            json_key(j, "merges");
+            json_uint(j, m->merges);
+        }
         json_end_object(j);
     }
     json_end_array(j);
@@ -412,6 +449,7 @@ int cmd_models(int argc, char **argv) {
             json_string(&j, corral_model_state_name(m->state));
             json_key(&j, "pinned");
             json_bool(&j, m->pinned);
+            if (m->n_adapters) json_adapters(&j, m->adapters, m->n_adapters);
             json_end_object(&j);
         }
         json_end_array(&j);
@@ -430,6 +468,9 @@ int cmd_models(int argc, char **argv) {
             printf("%-*s  %-9s %7" PRIu32 "  %-12s %-8s %-6s  %s\n", w, m->name,
                    corral_model_state_name(m->state), m->context, m->chat_template,
                    *m->arch ? m->arch : "-", m->pinned ? "yes" : "no", m->path);
+            for (size_t k = 0; k < m->n_adapters; k++)
+                printf("%-*s  + adapter %s (scale %g)\n", w, "", m->adapters[k].path,
+                       (double)m->adapters[k].scale);
         }
     }
     corral_model_list_destroy(&l);
@@ -734,6 +775,7 @@ static void print_stats(const corral_done *d) {
             (double)d->timings.decode_us / 1e3);
     if (decode_s > 0) fprintf(stderr, ", %.1f tok/s", (double)d->generated_tokens / decode_s);
     fprintf(stderr, "]\n");
+    if (d->sanitizer_report[0]) fprintf(stderr, "[sanitizers: %s]\n", d->sanitizer_report);
 }
 
 /* The whole of stdin as a string (caller frees), or NULL. */

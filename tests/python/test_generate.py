@@ -26,7 +26,6 @@ from corral import (
     Priority,
     Result,
     StopReason,
-    Unsupported,
 )
 
 PROMPT = "Once upon a time"
@@ -252,14 +251,6 @@ def test_deadline(start_corrald):
         # A generous deadline changes nothing.
         r = c.generate("stories-long", PROMPT, deadline_ms=60_000, return_done=True, **GREEDY)
         assert r.done.generated_tokens == 256
-
-
-def test_regex_constraint_is_refused_not_ignored(stories):
-    # Constrained decoding belongs to the policies work; until then the daemon must refuse a
-    # constraint rather than return text that might not match it.
-    with Client(stories.endpoint, timeout=10) as c:
-        with pytest.raises(Unsupported, match="constraint"):
-            c.generate("stories", PROMPT, regex="[a-z ]+", temperature=0.0, max_tokens=24)
 
 
 def apps_config() -> str:

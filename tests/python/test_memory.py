@@ -191,9 +191,11 @@ def test_busy_models_are_not_evicted_and_a_request_waits_then_fails(slow_models,
     d = start_corrald(config(slow_models, tmp_path / "swap", limit=slow_limit))
     with Client(d.endpoint, timeout=30) as c1, Client(d.endpoint, timeout=30) as c2, \
             Client(d.endpoint, timeout=30) as c:
-        # Long generations keep A and B running: C cannot get room.
-        s1 = c1.generate("A", PROMPT, max_tokens=480, temperature=1.0, stream=True)
-        s2 = c2.generate("B", PROMPT, max_tokens=480, temperature=1.0, stream=True)
+        # Long generations keep A and B running: C cannot get room. The constraint needs more
+        # text than 480 tokens can write, so no end-of-generation token can cut them short.
+        endless = r"(?:[ -~]{1000}){4}"
+        s1 = c1.generate("A", PROMPT, max_tokens=480, temperature=1.0, stream=True, regex=endless)
+        s2 = c2.generate("B", PROMPT, max_tokens=480, temperature=1.0, stream=True, regex=endless)
         next(iter(s1))
         next(iter(s2))
         t0 = time.monotonic()

@@ -231,7 +231,7 @@ START_TEST(test_model_entry_errors) {
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n    colour: red\n",
                  "t.yaml:4:5: unknown key 'colour'");
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n  - name: x\n    path: /etc/hostname\n",
-                 "the name 'x' is used twice");
+                 "'x' is listed twice");
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n    context: lots\n",
                  "t.yaml:4:14: context: expected an integer, got 'lots'");
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n    defaults: {top_p: 2}\n",

@@ -33,6 +33,7 @@ from .errors import (
     error_for_code,
 )
 from .types import (
+    AdapterInfo,
     ChatMessage,
     Chunk,
     DaemonStatus,
@@ -51,6 +52,7 @@ from .types import (
 )
 
 __all__ = [
+    "AdapterInfo",
     "AsyncClient",
     "AsyncStream",
     "Cancelled",

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence, Union
 from ._proto import pb
 from .errors import DeadlineExceeded, InvalidArgument, ProtocolError, error_for_code
 from .types import (
+    AdapterInfo,
     ChatMessage,
     Chunk,
     DaemonStatus,
@@ -281,6 +282,10 @@ def decode_progress(msg: Any) -> Progress:
     return Progress(msg.prefilled_tokens, msg.total_tokens)
 
 
+def _adapters(msgs: Any) -> tuple[AdapterInfo, ...]:
+    return tuple(AdapterInfo(a.path, a.scale) for a in msgs)
+
+
 def decode_done(msg: Any) -> Done:
     """A Done dataclass from its message."""
     t = msg.timings
@@ -291,6 +296,7 @@ def decode_done(msg: Any) -> Done:
         generated_tokens=msg.generated_tokens,
         timings=Timings(t.queue_us, t.load_us, t.prefill_us, t.decode_us, t.total_us),
         model=msg.model,
+        sanitizer_report=msg.sanitizer_report,
     )
 
 
@@ -310,6 +316,7 @@ def decode_models(msg: Any) -> list[ModelInfo]:
             chat_template=m.chat_template,
             state=_enum(pb.ModelState, "MODEL_STATE_", m.state, ModelState),
             pinned=m.pinned,
+            adapters=_adapters(m.adapters),
         )
         for m in msg.models
     ]
@@ -334,6 +341,10 @@ def decode_status(msg: Any) -> StatusReply:
                 swap_outs=m.swap_outs,
                 preload=m.preload,
                 ttl_ms=m.ttl_ms,
+                base_path=m.base_path,
+                adapters=_adapters(m.adapters),
+                merges=m.merges,
+                last_load_ms=m.last_load_ms,
             )
             for m in msg.models
         ),

@@ -135,6 +135,9 @@ class Done:
     """Where the time went."""
     model: str
     """The model that served the request."""
+    sanitizer_report: str = ""
+    """What the input sanitizers did, one ``step=verdict(details)`` per step; empty when the
+    request ran under no sanitizer profile."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,16 @@ class Tokens:
 
 
 @dataclass(frozen=True)
+class AdapterInfo:
+    """A LoRA adapter merged into a variant's base weights."""
+
+    path: str
+    """The adapter file (GGUF) or PEFT directory."""
+    scale: float
+    """Its strength (1.0: as trained)."""
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """A configured model, as :meth:`Client.list_models <corral.Client.list_models>` lists it."""
 
@@ -179,6 +192,8 @@ class ModelInfo:
     """Residency."""
     pinned: bool
     """Whether the model is pinned (never unloaded or swapped out to make room)."""
+    adapters: tuple[AdapterInfo, ...] = ()
+    """For a variant (``path`` is its base): the adapters merged in, in order."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +226,14 @@ class ModelStatus:
     """Whether the config loads it at start."""
     ttl_ms: int = 0
     """The config's keep-alive: unloaded after this long unused (0: kept)."""
+    base_path: str = ""
+    """A variant's base model file; empty for a plain model."""
+    adapters: tuple[AdapterInfo, ...] = ()
+    """A variant's adapters, in order."""
+    merges: int = 0
+    """Times its adapters were merged (0 while the merged-image cache served every load)."""
+    last_load_ms: int = 0
+    """How long its last load or swap-in took."""
 
 
 @dataclass(frozen=True)
