@@ -21,6 +21,7 @@
 #include "corral/log.h"
 #include "corral/version.h"
 #include "mem.h"
+#include "scheduler.h"
 #include "server.h"
 
 static void print_usage(FILE *out) {
@@ -171,6 +172,12 @@ int main(int argc, char **argv) {
     }
 
     if (check_only) {
+        corral_error perr;
+        if (sched_check_profiles(config, &perr) != CORRAL_OK) {
+            fprintf(stderr, "corrald: %s\n", perr.message);
+            cfg_destroy(&config);
+            return 1;
+        }
         printf("%s: ok\n", config_path ? config_path : "(built-in defaults)");
         cfg_destroy(&config);
         return 0;

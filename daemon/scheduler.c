@@ -1758,6 +1758,13 @@ static void *sched_main(void *arg) {
 /* ---- public -------------------------------------------------------------------------------------
  */
 
+corral_status sched_check_profiles(const cfg *c, corral_error *err) {
+    profile_set ps;
+    corral_status st = profiles_build(c, &ps, err);
+    if (st == CORRAL_OK) profiles_free(&ps);
+    return st;
+}
+
 sched *sched_new(cfg *c, int notify_fd, corral_error *err) {
     sched *s = calloc(1, sizeof *s);
     if (!s) {

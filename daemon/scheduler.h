@@ -29,6 +29,10 @@ typedef struct sched sched;
  * NULL with err set (a preload that fails names the model). */
 sched *sched_new(cfg *c, int notify_fd, corral_error *err);
 
+/* Build (then drop) every sanitizer profile of c, loading its plugins: what sched_new would refuse
+ * about them, for --check-config. */
+corral_status sched_check_profiles(const cfg *c, corral_error *err);
+
 /* Hand a job over (see job.h for ownership). Thread-safe. */
 void sched_submit(sched *s, job *j);
 
