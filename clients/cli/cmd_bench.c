@@ -9,8 +9,12 @@
  *   pp   prompt processing: a batched prefill of p tokens from an empty cache, tokens/s
  *   tg   generation: n tokens one at a time (greedy, each fed back) after an 8-token prompt
  *   load load-to-first-token (model_load, cache, runner, one token's logits), warm (page cache
- *        holds the file) and cold (after posix_fadvise DONTNEED; best effort: pages that another
- *        process maps stay resident, so the fraction still resident is reported)
+ *        holds the file) and cold (after posix_fadvise DONTNEED of the model file and of its
+ *        repacked-weights image; best effort: pages that another process maps stay resident, so
+ *        the fraction still resident is reported); and load-to-ready, warm (the same without the
+ *        token: when a server could start on a request). An untimed load comes first, so that
+ *        the image of repacked weights in the cache directory (model_params.cache_dir; made on
+ *        a file's first load) exists before anything is timed
  *   bandwidth a multi-threaded streaming read of a buffer far larger than the last-level cache,
  *        best of several passes; measured last, so that it does not count in the peak RSS
  * pp and tg are the median of r runs, with their min and max.
@@ -39,10 +43,13 @@
 /* The bandwidth buffer is at least this many times the last-level cache, and at least 256 MiB. */
 #define BENCH_BW_LLC_FACTOR 8u
 #define BENCH_BW_MIN_BYTES  (256ull << 20)
+/* The default cache directory: corrald's default cache.dir, where its images live. */
+#define BENCH_CACHE_DIR     "/var/tmp/corral/cache"
 
 typedef struct bench_opts {
     const char *path;
-    uint32_t threads; /* 0: physical cores */
+    const char *cache_dir; /* for repacked weights; NULL: none (repacked in memory each load) */
+    uint32_t threads;      /* 0: physical cores */
     uint32_t n_prompt, n_gen, reps;
     int json, cold;
     uint64_t bw_bytes; /* 0: automatic */
@@ -59,7 +66,7 @@ typedef struct bench_result {
     uint64_t file_bytes, weight_bytes, bytes_per_token;
     uint32_t threads;
     bench_spread pp, tg; /* tokens/s */
-    double load_ms_warm, load_ms_cold, cold_resident;
+    double load_ms_warm, load_ms_cold, cold_resident, ready_ms_warm;
     uint64_t peak_rss;
     double bandwidth; /* bytes/s */
     uint64_t bw_bytes;
@@ -119,15 +126,19 @@ static double bench_drop_cache(const char *path) {
 }
 
 /* Load the model and compute one token's logits: the time a user waits for the first token.
- * Returns the loaded model (caller owns it) and the time in *ms. */
-static model *bench_load_first_token(const char *path, threadpool *pool, kv_type kvt, double *ms,
-                                     corral_error *err) {
+ * Returns the loaded model (caller owns it) and the time in *ms; *ready_ms (may be NULL) gets the
+ * time until the model, a cache and a runner exist, before the token. */
+static model *bench_load_first_token(const bench_opts *o, threadpool *pool, double *ms,
+                                     double *ready_ms, corral_error *err) {
     double t0 = bench_now();
-    model *m = model_load(path, NULL, err);
+    model_params params = model_params_default();
+    params.cache_dir = o->cache_dir;
+    model *m = model_load(o->path, &params, err);
     if (!m) return NULL;
     const model_hparams *hp = model_get_hparams(m);
-    kv_cache *kv = kv_cache_new(m, hp->n_ctx_train < 16 ? hp->n_ctx_train : 16, kvt, err);
+    kv_cache *kv = kv_cache_new(m, hp->n_ctx_train < 16 ? hp->n_ctx_train : 16, o->kv, err);
     model_runner *r = kv ? model_runner_new(m, 1, pool, err) : NULL;
+    if (ready_ms) *ready_ms = (bench_now() - t0) * 1e3;
     float *logits = r ? malloc((size_t)hp->n_vocab * sizeof *logits) : NULL;
     int32_t bos = tok_special_id(model_get_tokenizer(m), TOK_SPECIAL_BOS);
     if (bos < 0) bos = 0;
@@ -189,17 +200,32 @@ static int bench_run(const bench_opts *o, bench_result *res) {
         goto done;
     }
     res->file_bytes = (uint64_t)st.st_size;
-    /* Cold first: no mapping of the file may exist in this process when its pages are dropped. */
+    /* An untimed load: it writes the image of repacked weights if there is none yet. */
+    double untimed;
+    m = bench_load_first_token(o, pool, &untimed, NULL, &err);
+    if (!m) {
+        cli_fail("bench", "%s", err.message);
+        goto done;
+    }
+    char image[4096] = "";
+    if (model_repack_path(m)) snprintf(image, sizeof image, "%s", model_repack_path(m));
+    model_destroy(&m);
+    /* Cold next: no mapping of the files may exist in this process when their pages are
+     * dropped. */
     if (o->cold) {
         res->cold_resident = bench_drop_cache(o->path);
-        m = bench_load_first_token(o->path, pool, o->kv, &res->load_ms_cold, &err);
+        if (image[0]) {
+            const double in_image = bench_drop_cache(image);
+            if (in_image > res->cold_resident) res->cold_resident = in_image;
+        }
+        m = bench_load_first_token(o, pool, &res->load_ms_cold, NULL, &err);
         if (!m) {
             cli_fail("bench", "%s", err.message);
             goto done;
         }
         model_destroy(&m);
     }
-    m = bench_load_first_token(o->path, pool, o->kv, &res->load_ms_warm, &err);
+    m = bench_load_first_token(o, pool, &res->load_ms_warm, &res->ready_ms_warm, &err);
     if (!m) {
         cli_fail("bench", "%s", err.message);
         goto done;
@@ -358,6 +384,7 @@ static void bench_print_json(FILE *out, const bench_opts *o, const bench_result 
     bench_json_num(out, "ceiling_fraction", bench_ceiling(res), 0);
     bench_json_num(out, "load_ms_warm", res->load_ms_warm, 0);
     bench_json_num(out, "load_ms_cold", res->load_ms_cold, 0);
+    bench_json_num(out, "ready_ms_warm", res->ready_ms_warm, 0);
     bench_json_num(out, "cold_resident_fraction", res->cold_resident, 0);
     fprintf(out, "  \"peak_rss_bytes\": %" PRIu64 ",\n  \"cpu_path\": ", res->peak_rss);
     bench_json_str(out, res->cpu_path);
@@ -398,7 +425,9 @@ static void bench_print_human(FILE *out, const bench_opts *o, const bench_result
         if (res->cold_resident >= 0)
             fprintf(out, " (%.0f%% of the file stayed cached)", 100.0 * res->cold_resident);
     }
-    fprintf(out, " (load + first token)\npeak RSS   %.1f MiB\n", (double)res->peak_rss / 1048576.0);
+    fprintf(out, " (load + first token)\nready      %.1f ms warm (load, cache and runner)\n",
+            res->ready_ms_warm);
+    fprintf(out, "peak RSS   %.1f MiB\n", (double)res->peak_rss / 1048576.0);
 }
 
 /* ---- command line ---------------------------------------------------------------------------- */
@@ -419,19 +448,33 @@ static void bench_usage(FILE *out) {
             "      --json        print one JSON object instead of text\n"
             "      --no-cold     skip the cold-cache load\n"
             "      --bw-mib N    bandwidth buffer size (default: 8 x LLC, at least 256)\n"
-            "      --kv f16|f32  KV cache type (default f16)\n");
+            "      --kv f16|f32  KV cache type (default f16)\n"
+            "      --cache-dir DIR  where the weights rearranged for the kernels are kept between\n"
+            "                    loads (default: $CORRAL_CACHE_DIR, else " BENCH_CACHE_DIR ";\n"
+            "                    'none': rearranged in memory at every load)\n"
+            "\n"
+            "environment: CORRAL_CPU=scalar|avx2|avx512 forces a kernel path (default: the best\n"
+            "the CPU has)\n");
 }
 
 int cmd_bench(int argc, char **argv) {
-    enum { OPT_JSON = 256, OPT_NO_COLD, OPT_BW, OPT_KV, OPT_HELP };
+    enum { OPT_JSON = 256, OPT_NO_COLD, OPT_BW, OPT_KV, OPT_CACHE, OPT_HELP };
     static const struct option options[] = {
-        {"threads", required_argument, NULL, 't'},   {"prompt", required_argument, NULL, 'p'},
-        {"gen", required_argument, NULL, 'n'},       {"reps", required_argument, NULL, 'r'},
-        {"json", no_argument, NULL, OPT_JSON},       {"no-cold", no_argument, NULL, OPT_NO_COLD},
-        {"bw-mib", required_argument, NULL, OPT_BW}, {"kv", required_argument, NULL, OPT_KV},
-        {"help", no_argument, NULL, OPT_HELP},       {NULL, 0, NULL, 0},
+        {"threads", required_argument, NULL, 't'},
+        {"prompt", required_argument, NULL, 'p'},
+        {"gen", required_argument, NULL, 'n'},
+        {"reps", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"no-cold", no_argument, NULL, OPT_NO_COLD},
+        {"bw-mib", required_argument, NULL, OPT_BW},
+        {"kv", required_argument, NULL, OPT_KV},
+        {"cache-dir", required_argument, NULL, OPT_CACHE},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
     };
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .cold = 1, .kv = KV_TYPE_F16};
+    o.cache_dir = getenv("CORRAL_CACHE_DIR");
+    if (!o.cache_dir || !*o.cache_dir) o.cache_dir = BENCH_CACHE_DIR;
     long v;
     optind = 1;
     int c;
@@ -478,6 +521,9 @@ int cmd_bench(int argc, char **argv) {
                 else
                     return cli_fail("bench", "--kv: '%s' is not f16 or f32", optarg), 2;
                 break;
+            case OPT_CACHE:
+                o.cache_dir = optarg;
+                break;
             case OPT_HELP:
                 bench_usage(stdout);
                 return 0;
@@ -491,6 +537,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     o.path = argv[optind];
+    if (strcmp(o.cache_dir, "none") == 0) o.cache_dir = NULL;
     if (o.n_prompt == 0 && o.n_gen == 0) return cli_fail("bench", "-p and -n are both 0"), 2;
 
     bench_result res = {0};

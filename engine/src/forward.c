@@ -6,29 +6,44 @@
  *   for each layer:
  *     xn = rms_norm(x) * attn_norm
  *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv); rotate q and k; store k, v at their
- * positions attn[h] = softmax(q[h] . K[0..p, kv(h)] / sqrt(head_dim)) . V[0..p, kv(h)]   (causal,
- * GQA) x += Wo attn xn = rms_norm(x) * ffn_norm x += Wdown (silu(Wgate xn) * Wup xn) The output
- * norm and projection are applied by model_forward to the tokens whose logits are wanted.
+ *       positions
+ *     attn[h] = softmax(q[h] . K[0..p, kv(h)] / sqrt(head_dim)) . V[0..p, kv(h)]   (causal, GQA)
+ *     x += Wo attn
+ *     xn = rms_norm(x) * ffn_norm
+ *     x += Wdown (silu(Wgate xn) * Wup xn)
+ * The output norm and projection are applied by model_forward to the tokens whose logits are
+ * wanted.
  *
  * Matrix products come in two modes. FAST quantizes the activations once per batch to the
- * weight's partner type and uses the type's dot kernel, like llama.cpp. REFERENCE dequantizes each
- * weight row to F32 and accumulates in double: no activation is ever rounded.
+ * weight's partner type, like llama.cpp, and multiplies with the panel kernels where the weight
+ * is in panel layout (kernels.h; model_repack.c puts it there at load), else with the type's dot
+ * kernel. REFERENCE dequantizes each weight row to F32 and accumulates in double: no activation
+ * is ever rounded.
+ *
+ * Prefill is a matrix-matrix product: a panel kernel reads a block of 16 weight rows once and uses
+ * it for a tile of up to 16 tokens, and the tokens are taken in chunks that stay in L2 while the
+ * thread's panels stream past (matmul_thread). Decoding runs the same kernels with one token.
  *
  * Threads. The activations of a matrix product are quantized first, split by token rows over the
- * runner's pool (by the calling thread alone for a token or two); then each thread computes a
- * contiguous range of the weight's rows for every token. Attention splits the (head, token) pairs.
- * These are threadpool_run_slices runs: a slice whose thread is not running yet (a busy machine)
- * is done by the caller instead of waited for. No output element is computed by two threads or in
- * a thread-dependent order, so the results do not depend on the thread count.
+ * runner's pool (by the calling thread alone for a short batch); then each thread computes a
+ * contiguous range of 16-row units of the weight (Q, K and V together, gate and up together: one
+ * pool run each) for every token. Attention splits (head set, token) units; the row operations
+ * between the products (norms, rotations, SwiGLU) split the tokens of a long batch. These are
+ * threadpool_run_slices runs: a slice whose thread is not running yet (a busy machine) is done by
+ * the caller instead of waited for. No output element is computed by two threads or in a
+ * thread-dependent order, and the panel kernels compute each element exactly as the dot kernels'
+ * scalar twins do whatever the tile, so the results depend neither on the thread count nor on
+ * how many tokens a batch holds.
  *
- * Kernels. Dot products, activation quantizers, the attention loops and the row ops come from the
- * runner's kernel table, r->ops (kernels.h): the best SIMD path of the CPU, or CORRAL_CPU's
- * choice; reference mode keeps the scalar ones.
+ * Kernels. Dot products, panel kernels, activation quantizers, the attention kernel and the row
+ * ops come from the runner's kernel table, r->ops (kernels.h): the best SIMD path of the CPU, or
+ * CORRAL_CPU's choice; reference mode keeps the scalar ones.
  */
 #include <math.h>
 #include <string.h>
 
 #include "model_impl.h"
+#include "tensor_blocks.h"
 
 /* 1 when x[n_tok][n_in] (at the runner's current epoch) is already in r->act_q[t]. */
 static int act_is_quantized(const struct model_runner *r, const float *x, int64_t n_tok,
@@ -37,12 +52,25 @@ static int act_is_quantized(const struct model_runner *r, const float *x, int64_
     return c->src == x && c->epoch == r->epoch && c->n_tok == n_tok && c->n_in == n_in;
 }
 
-/* Quantize activation rows [i0, i1) of x[][n_in] into r->act_q[t]. */
+/* Quantize activation rows [i0, i1) of x[][n_in] into r->act_q[t], on thread ith. What the panel
+ * kernels take besides comes with them: Q8_0 rows' side data (kernel_act_aux), F16 rows widened
+ * to double (through thread ith's float scratch). */
 static void act_quantize_rows(struct model_runner *r, const float *x, int64_t i0, int64_t i1,
-                              int64_t n_in, tensor_type t) {
+                              int64_t n_in, tensor_type t, uint32_t ith) {
     const tensor_from_float_fn quantize = r->ops->type[t].from_float;
     const size_t row = tensor_row_size(t, n_in);
-    for (int64_t i = i0; i < i1; i++) quantize(x + i * n_in, (char *)r->act_q[t] + i * row, n_in);
+    for (int64_t i = i0; i < i1; i++) {
+        void *q = (char *)r->act_q[t] + i * row;
+        quantize(x + i * n_in, q, n_in);
+        if (t == TENSOR_TYPE_Q8_0 && r->act_aux)
+            kernels_act_aux(q, n_in, r->act_aux + i * (n_in / QK8_0));
+        if (t == TENSOR_TYPE_F16 && r->act_f64) {
+            float *f = r->row_f32 + (size_t)ith * r->max_in;
+            double *d = r->act_f64 + i * n_in;
+            r->ops->type[TENSOR_TYPE_F16].to_float(q, f, n_in);
+            for (int64_t j = 0; j < n_in; j++) d[j] = f[j];
+        }
+    }
 }
 
 /* The part [i * n / nth, (i + 1) * n / nth) of n items that thread i of nth takes. */
@@ -55,24 +83,52 @@ static inline int64_t split_begin(int64_t n, uint32_t i, uint32_t nth) {
  * quantizing a row or two. */
 #define FORWARD_PARALLEL_QUANTIZE_MIN_TOKENS 8
 
-/* One matrix product as a pool run (see forward_matmul). */
+/* A matrix product's tokens are taken in chunks whose quantized activations take about this many
+ * bytes, so that a chunk stays in the core's L2 cache while every panel of the thread's share
+ * streams past it once. */
+#define FORWARD_TOKEN_CHUNK_BYTES (192u * 1024u)
+
+/*
+ * A matrix product (or a group of them with the same input) as one pool run.
+ *
+ * The work is cut into units of KERNEL_PANEL_ROWS rows: a panel of a weight in panel layout, or
+ * 16 rows of any other weight (and the rows after the last panel), done by the type's dot kernel
+ * pair by pair. The units of all weights of the group, one after the other, are split among the
+ * threads in contiguous ranges. Each thread then takes the tokens a chunk at a time and runs every
+ * unit of its range over the chunk: a panel kernel reads the panel once per chunk and reuses each
+ * weight block for a tile of tokens (kernels_panel.inc), and the chunk's activations stay in L2.
+ * No output element depends on the unit, the chunk or the thread that computes it: the panel
+ * kernels are bit-identical to the scalar dot, the dot kernels do a pair at a time, so the
+ * logits are the same for any thread count and batch size.
+ */
+typedef struct matmul_job {
+    const model_weight *w;
+    float *out;
+    tensor_type vt;     /* the weight's partner type (FAST mode) */
+    const void *xq;     /* x in vt's layout (FAST mode) */
+    size_t xq_row;      /* bytes per token of xq */
+    const void *py;     /* what the panel kernel takes for x: xq, or for F16 x as doubles */
+    size_t py_row;      /* bytes per token of py */
+    int64_t n_units;    /* ceil(n_out / KERNEL_PANEL_ROWS) */
+    int64_t first_unit; /* units of the jobs before this one */
+} matmul_job;
+
 typedef struct matmul_task {
     struct model_runner *r;
-    float *out;
-    const model_weight *w;
     const float *x;
     int64_t n_tok;
-    tensor_type vt; /* the weight's partner type (FAST mode) */
-    const void *xq; /* x in vt's layout (FAST mode) */
+    int64_t chunk; /* tokens per chunk */
+    int64_t n_units;
+    matmul_job job[FORWARD_MAX_GROUP];
 } matmul_task;
 
-/* out[t][row] for rows [row0, row1) of W and every token; ith picks the thread's scratch. */
-static void matmul_rows(struct model_runner *r, const matmul_task *task, int64_t row0, int64_t row1,
-                        uint32_t ith) {
-    float *out = task->out;
-    const model_weight *w = task->w;
+/* out[t][row] for rows [row0, row1) of W and tokens [t0, t1), one pair at a time; ith picks
+ * the thread's scratch. */
+static void matmul_rows(struct model_runner *r, const matmul_task *task, const matmul_job *job,
+                        int64_t row0, int64_t row1, int64_t t0, int64_t t1, uint32_t ith) {
+    float *out = job->out;
+    const model_weight *w = job->w;
     const float *x = task->x;
-    const int64_t n_tok = task->n_tok;
     const int64_t n_in = w->n_in, n_out = w->n_out;
     if (r->m->params.compute == MODEL_COMPUTE_REFERENCE) {
         float *row_f32 = r->row_f32 + (size_t)ith * r->max_in;
@@ -82,7 +138,7 @@ static void matmul_rows(struct model_runner *r, const matmul_task *task, int64_t
                 memcpy(row_f32, src, (size_t)n_in * sizeof(float));
             else
                 w->traits->to_float(src, row_f32, n_in);
-            for (int64_t t = 0; t < n_tok; t++) {
+            for (int64_t t = t0; t < t1; t++) {
                 const float *xt = x + t * n_in;
                 double sum = 0.0;
                 for (int64_t i = 0; i < n_in; i++) sum += (double)row_f32[i] * (double)xt[i];
@@ -91,49 +147,116 @@ static void matmul_rows(struct model_runner *r, const matmul_task *task, int64_t
         }
         return;
     }
-    const void *xq = task->xq;
-    const size_t xq_row = tensor_row_size(task->vt, n_in);
     const tensor_vec_dot_fn vec_dot = r->ops->type[w->type].vec_dot;
-    /* Weight rows outermost: each row is read from memory once per batch. */
+    /* Weight rows outermost: each row is read from memory once per chunk. */
     for (int64_t row = row0; row < row1; row++) {
         const void *wrow = (const char *)w->data + row * w->row_bytes;
-        for (int64_t t = 0; t < n_tok; t++)
-            vec_dot(n_in, &out[t * n_out + row], wrow, (const char *)xq + t * xq_row);
+        for (int64_t t = t0; t < t1; t++)
+            vec_dot(n_in, &out[t * n_out + row], wrow, (const char *)job->xq + t * job->xq_row);
     }
 }
 
+/* Unit u of a job for tokens [t0, t1). */
+static void matmul_unit(struct model_runner *r, const matmul_task *task, const matmul_job *job,
+                        int64_t u, int64_t t0, int64_t t1, uint32_t ith) {
+    const model_weight *w = job->w;
+    const int64_t row0 = u * KERNEL_PANEL_ROWS;
+    if (w->panels && row0 + KERNEL_PANEL_ROWS <= w->n_out) {
+        const size_t aux_stride = (size_t)(w->n_in / QK8_0);
+        r->ops->type[w->type].panel_dot(w->n_in, (const char *)w->data + row0 * w->row_bytes,
+                                        (const char *)job->py + t0 * job->py_row, job->py_row,
+                                        r->act_aux ? r->act_aux + t0 * aux_stride : NULL,
+                                        aux_stride, t1 - t0, job->out + t0 * w->n_out + row0,
+                                        (size_t)w->n_out);
+        return;
+    }
+    const int64_t row1 = row0 + KERNEL_PANEL_ROWS < w->n_out ? row0 + KERNEL_PANEL_ROWS : w->n_out;
+    matmul_rows(r, task, job, row0, row1, t0, t1, ith);
+}
+
+/* The quantization of a batch's activations as a pool run: a range of token rows per thread. */
+typedef struct quantize_task {
+    struct model_runner *r;
+    const float *x;
+    int64_t n_tok, n_in;
+    tensor_type vt;
+} quantize_task;
+
 static void quantize_thread(void *arg, uint32_t ith, uint32_t nth) {
-    const matmul_task *task = arg;
-    act_quantize_rows(task->r, task->x, split_begin(task->n_tok, ith, nth),
-                      split_begin(task->n_tok, ith + 1, nth), task->w->n_in, task->vt);
+    const quantize_task *q = arg;
+    act_quantize_rows(q->r, q->x, split_begin(q->n_tok, ith, nth),
+                      split_begin(q->n_tok, ith + 1, nth), q->n_in, q->vt, ith);
 }
 
 static void matmul_thread(void *arg, uint32_t ith, uint32_t nth) {
     const matmul_task *task = arg;
-    const int64_t n_out = task->w->n_out;
-    matmul_rows(task->r, task, split_begin(n_out, ith, nth), split_begin(n_out, ith + 1, nth), ith);
+    const int64_t u0 = split_begin(task->n_units, ith, nth);
+    const int64_t u1 = split_begin(task->n_units, ith + 1, nth);
+    for (int64_t t0 = 0; t0 < task->n_tok; t0 += task->chunk) {
+        const int64_t t1 = t0 + task->chunk < task->n_tok ? t0 + task->chunk : task->n_tok;
+        int j = 0;
+        for (int64_t u = u0; u < u1; u++) {
+            while (u >= task->job[j].first_unit + task->job[j].n_units) j++;
+            matmul_unit(task->r, task, &task->job[j], u - task->job[j].first_unit, t0, t1, ith);
+        }
+    }
+}
+
+/* Make sure x is quantized to vt for this epoch (one job's activations). */
+static void matmul_prepare(struct model_runner *r, matmul_task *task, matmul_job *job) {
+    const model_weight *w = job->w;
+    job->vt = w->traits->vec_dot_type;
+    job->xq = job->vt == TENSOR_TYPE_F32 ? (const void *)task->x : r->act_q[job->vt];
+    job->xq_row = tensor_row_size(job->vt, w->n_in);
+    job->py = job->xq;
+    job->py_row = job->xq_row;
+    if (w->panels && w->type == TENSOR_TYPE_F16) {
+        job->py = r->act_f64;
+        job->py_row = (size_t)w->n_in * sizeof(double);
+    }
+    if (job->vt == TENSOR_TYPE_F32 || act_is_quantized(r, task->x, task->n_tok, w->n_in, job->vt))
+        return;
+    if (task->n_tok >= FORWARD_PARALLEL_QUANTIZE_MIN_TOKENS) {
+        quantize_task q = {
+            .r = r, .x = task->x, .n_tok = task->n_tok, .n_in = w->n_in, .vt = job->vt};
+        threadpool_run_slices(r->pool, quantize_thread, &q);
+    } else {
+        act_quantize_rows(r, task->x, 0, task->n_tok, w->n_in, job->vt, 0);
+    }
+    r->act_cached[job->vt] =
+        (act_cache_entry){.src = task->x, .epoch = r->epoch, .n_tok = task->n_tok, .n_in = w->n_in};
+}
+
+void forward_matmul_group(struct model_runner *r, int n, float *const *out,
+                          const model_weight *const *w, const float *x, int64_t n_tok) {
+    matmul_task task = {.r = r, .x = x, .n_tok = n_tok};
+    size_t widest = 1;
+    for (int i = 0; i < n; i++) {
+        matmul_job *job = &task.job[i];
+        *job = (matmul_job){.w = w[i], .out = out[i], .first_unit = task.n_units};
+        job->n_units = (w[i]->n_out + KERNEL_PANEL_ROWS - 1) / KERNEL_PANEL_ROWS;
+        task.n_units += job->n_units;
+        if (r->m->params.compute != MODEL_COMPUTE_REFERENCE) matmul_prepare(r, &task, job);
+        if (job->xq_row > widest) widest = job->xq_row;
+        if (job->py_row > widest) widest = job->py_row;
+    }
+    /* Whole tiles of 16 tokens per chunk (the widest tile of kernels_panel.inc), at least one. */
+    int64_t chunk = (int64_t)(FORWARD_TOKEN_CHUNK_BYTES / widest) / 16 * 16;
+    task.chunk = chunk < 16 ? 16 : chunk;
+    threadpool_run_slices(r->pool, matmul_thread, &task);
 }
 
 void forward_matmul(struct model_runner *r, float *out, const model_weight *w, const float *x,
                     int64_t n_tok) {
-    matmul_task task = {.r = r, .out = out, .w = w, .x = x, .n_tok = n_tok};
-    if (r->m->params.compute != MODEL_COMPUTE_REFERENCE) {
-        task.vt = w->traits->vec_dot_type;
-        task.xq = task.vt == TENSOR_TYPE_F32 ? (const void *)x : r->act_q[task.vt];
-        if (task.vt != TENSOR_TYPE_F32 && !act_is_quantized(r, x, n_tok, w->n_in, task.vt)) {
-            if (n_tok >= FORWARD_PARALLEL_QUANTIZE_MIN_TOKENS)
-                threadpool_run_slices(r->pool, quantize_thread, &task);
-            else
-                act_quantize_rows(r, x, 0, n_tok, w->n_in, task.vt);
-            r->act_cached[task.vt] =
-                (act_cache_entry){.src = x, .epoch = r->epoch, .n_tok = n_tok, .n_in = w->n_in};
-        }
-    }
-    threadpool_run_slices(r->pool, matmul_thread, &task);
+    forward_matmul_group(r, 1, &out, &w, x, n_tok);
 }
 
 void forward_get_row(const struct model_runner *r, const model_weight *w, int64_t row, float *dst) {
     const void *src = (const char *)w->data + row * w->row_bytes;
+    if (w->panels) {
+        kernels_panel_get_row(w->type, w->data, w->n_in, w->n_out, row, r->row_q);
+        src = r->row_q;
+    }
     if (w->type == TENSOR_TYPE_F32)
         memcpy(dst, src, (size_t)w->n_in * sizeof(float));
     else
@@ -145,14 +268,14 @@ static inline void *kv_row_ptr(const struct kv_cache *kv, void *base, uint32_t i
     return (char *)base + (((size_t)il * kv->n_ctx + pos) * kv->row_elems) * kv->elem_size;
 }
 
-static void kv_store(struct kv_cache *kv, void *base, uint32_t il, uint32_t pos, const float *src) {
+/* The path's F16 converter is byte-identical to tensor_f32_to_fp16 (test_kernels.c). */
+static void kv_store(const struct model_runner *r, struct kv_cache *kv, void *base, uint32_t il,
+                     uint32_t pos, const float *src) {
     void *dst = kv_row_ptr(kv, base, il, pos);
-    if (kv->type == KV_TYPE_F32) {
+    if (kv->type == KV_TYPE_F32)
         memcpy(dst, src, kv->row_elems * sizeof(float));
-    } else {
-        uint16_t *h = dst;
-        for (size_t i = 0; i < kv->row_elems; i++) h[i] = tensor_f32_to_fp16(src[i]);
-    }
+    else
+        r->ops->type[TENSOR_TYPE_F16].from_float(src, dst, (int64_t)kv->row_elems);
 }
 
 /* The head_dim elements of kv head `kvh` at (layer, pos), F32 or F16 as the cache holds them. */
@@ -161,41 +284,12 @@ static inline const void *kv_head(const struct kv_cache *kv, void *base, uint32_
     return (const char *)kv_row_ptr(kv, base, il, pos) + (size_t)kvh * head_dim * kv->elem_size;
 }
 
-/* Causal grouped-query attention of one token at position `pos` for layer il, heads [h0, h1),
- * with thread ith's scratch. */
-static void attend(struct model_runner *r, struct kv_cache *kv, uint32_t il, uint32_t pos,
-                   const float *q, float *out, uint32_t h0, uint32_t h1, uint32_t ith) {
-    const model_hparams *hp = &r->m->hp;
-    const uint32_t hd = hp->head_dim;
-    const uint32_t group = hp->n_head / hp->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = r->scores + (size_t)ith * hp->n_ctx_train;
-    const kernel_ops *ops = r->ops;
-    const int f16 = kv->type == KV_TYPE_F16;
-    for (uint32_t h = h0; h < h1; h++) {
-        const uint32_t kvh = h / group;
-        const float *qh = q + (size_t)h * hd;
-        for (uint32_t p = 0; p <= pos; p++) {
-            const void *kh = kv_head(kv, kv->k, il, p, kvh, hd);
-            const float dot = f16 ? ops->attn_dot_f16(qh, kh, hd) : ops->attn_dot_f32(qh, kh, hd);
-            scores[p] = dot * scale;
-        }
-        ops->softmax(scores, pos + 1);
-        float *oh = out + (size_t)h * hd;
-        memset(oh, 0, hd * sizeof(float));
-        for (uint32_t p = 0; p <= pos; p++) {
-            const void *vh = kv_head(kv, kv->v, il, p, kvh, hd);
-            if (f16)
-                ops->attn_axpy_f16(oh, scores[p], vh, hd);
-            else
-                ops->attn_axpy_f32(oh, scores[p], vh, hd);
-        }
-    }
-}
-
-/* Attention of a batch as a pool run: the (head, token) pairs, head-major, split into contiguous
- * ranges. Head-major keeps the threads' shares even in a prefill, where later tokens attend to
- * more positions. */
+/* Attention of a batch as a pool run. The work is cut into (head set, token) units: a head set is
+ * up to KERNEL_ATTN_MAX_HEADS consecutive query heads of one KV head (grouped-query attention),
+ * which the kernel serves with one pass over the KV rows. The units are ordered head set first
+ * and split into contiguous ranges: that keeps the threads' shares even in a prefill, where later
+ * tokens attend to more positions. Each head's output is computed by the same operations
+ * whatever the sets and the split (kernels.h), so the results do not depend on them. */
 typedef struct attend_task {
     struct model_runner *r;
     struct kv_cache *kv;
@@ -205,28 +299,112 @@ typedef struct attend_task {
 static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
     const attend_task *task = arg;
     struct model_runner *r = task->r;
+    struct kv_cache *kv = task->kv;
     const model_hparams *hp = &r->m->hp;
-    const int64_t n_q = (int64_t)hp->n_head * hp->head_dim;
-    const int64_t n_pairs = (int64_t)hp->n_head * task->n_tok;
-    const int64_t end = split_begin(n_pairs, ith + 1, nth);
-    for (int64_t i = split_begin(n_pairs, ith, nth); i < end; i++) {
-        const uint32_t h = (uint32_t)(i / task->n_tok), t = (uint32_t)(i % task->n_tok);
-        attend(r, task->kv, task->il, task->p0 + t, r->q + t * n_q, r->attn + t * n_q, h, h + 1,
-               ith);
+    const uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const uint32_t sets_per_group = (group + KERNEL_ATTN_MAX_HEADS - 1) / KERNEL_ATTN_MAX_HEADS;
+    const int64_t n_q = (int64_t)hp->n_head * hd;
+    const int64_t n_units = (int64_t)hp->n_head_kv * sets_per_group * task->n_tok;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = r->scores + (size_t)ith * KERNEL_ATTN_MAX_HEADS * hp->n_ctx_train;
+    const int64_t end = split_begin(n_units, ith + 1, nth);
+    for (int64_t i = split_begin(n_units, ith, nth); i < end; i++) {
+        const uint32_t set = (uint32_t)(i / task->n_tok), t = (uint32_t)(i % task->n_tok);
+        const uint32_t kvh = set / sets_per_group;
+        const uint32_t h0 = kvh * group + (set % sets_per_group) * KERNEL_ATTN_MAX_HEADS;
+        const uint32_t h1 = h0 + KERNEL_ATTN_MAX_HEADS < (kvh + 1) * group
+                                ? h0 + KERNEL_ATTN_MAX_HEADS
+                                : (kvh + 1) * group;
+        r->ops->attn_heads(
+            h1 - h0, r->q + t * n_q + (size_t)h0 * hd, kv_head(kv, kv->k, task->il, 0, kvh, hd),
+            kv_head(kv, kv->v, task->il, 0, kvh, hd), kv->row_elems, task->p0 + t + 1, hd, scale,
+            kv->type == KV_TYPE_F16, scores, r->attn + t * n_q + (size_t)h0 * hd);
     }
 }
 
-static void add_bias(float *y, const model_weight *b, int64_t n_tok) {
+static void add_bias(float *y, const model_weight *b, int64_t t0, int64_t t1) {
     if (!b->data) return;
-    for (int64_t t = 0; t < n_tok; t++) ops_add(y + t * b->n_in, b->data, b->n_in);
+    for (int64_t t = t0; t < t1; t++) ops_add(y + t * b->n_in, b->data, b->n_in);
+}
+
+/* Batches of at least this many tokens have their row operations (norms, rotations, SwiGLU) done
+ * by all threads, as a pool run each; smaller ones by the calling thread. */
+#define FORWARD_PARALLEL_ROWS_MIN_TOKENS 8
+
+/* The operations between the matrix products, token by token: each token's row is independent,
+ * so a split of the tokens among threads changes no result. */
+typedef enum rows_op {
+    ROWS_ADD_NORM, /* x += add (when add is set); xn = rms_norm(x) * norm (when norm is set) */
+    ROWS_QKV,      /* biases, rotation of q and k, k and v into the cache */
+    ROWS_SWIGLU,   /* gate = silu(gate) * up */
+} rows_op;
+
+typedef struct rows_task {
+    struct model_runner *r;
+    struct kv_cache *kv;
+    rows_op op;
+    uint32_t n_tok, il, p0;
+    const float *add;
+    const model_weight *norm;
+} rows_task;
+
+static void rows_thread(void *arg, uint32_t ith, uint32_t nth) {
+    const rows_task *task = arg;
+    struct model_runner *r = task->r;
+    const struct model *m = r->m;
+    const model_hparams *hp = &m->hp;
+    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t n_kv = (int64_t)hp->n_head_kv * hp->head_dim, n_ff = hp->n_ff;
+    const int64_t t0 = split_begin(task->n_tok, ith, nth),
+                  t1 = split_begin(task->n_tok, ith + 1, nth);
+    switch (task->op) {
+        case ROWS_ADD_NORM:
+            for (int64_t t = t0; t < t1; t++) {
+                if (task->add) ops_add(r->x + t * n_embd, task->add + t * n_embd, n_embd);
+                if (task->norm)
+                    r->ops->rms_norm(r->xn + t * n_embd, r->x + t * n_embd, task->norm->data,
+                                     n_embd, hp->rms_eps);
+            }
+            break;
+        case ROWS_QKV: {
+            const uint32_t il = task->il;
+            add_bias(r->q, model_layer_weight(m, il, ARCH_ROLE_ATTN_Q_BIAS), t0, t1);
+            add_bias(r->k, model_layer_weight(m, il, ARCH_ROLE_ATTN_K_BIAS), t0, t1);
+            add_bias(r->v, model_layer_weight(m, il, ARCH_ROLE_ATTN_V_BIAS), t0, t1);
+            for (int64_t t = t0; t < t1; t++) {
+                const float *cs = r->rope_cs + (size_t)t * hp->n_rot;
+                ops_rope_apply(&m->rope, r->q + t * n_q, (int32_t)hp->n_head, (int32_t)hp->head_dim,
+                               cs);
+                ops_rope_apply(&m->rope, r->k + t * n_kv, (int32_t)hp->n_head_kv,
+                               (int32_t)hp->head_dim, cs);
+                const uint32_t pos = task->p0 + (uint32_t)t;
+                kv_store(r, task->kv, task->kv->k, il, pos, r->k + t * n_kv);
+                kv_store(r, task->kv, task->kv->v, il, pos, r->v + t * n_kv);
+            }
+            break;
+        }
+        case ROWS_SWIGLU:
+            /* Row by row: a kernel may treat the end of its range apart (the avx2 one takes its
+             * last elements one by one, with libm's expf), so the range must not depend on the
+             * split. */
+            for (int64_t t = t0; t < t1; t++)
+                r->ops->swiglu(r->gate + t * n_ff, r->up + t * n_ff, n_ff);
+            break;
+    }
+}
+
+static void forward_rows(const rows_task *task) {
+    if (task->n_tok >= FORWARD_PARALLEL_ROWS_MIN_TOKENS)
+        threadpool_run_slices(task->r->pool, rows_thread, (void *)task);
+    else
+        rows_thread((void *)task, 0, 1);
 }
 
 void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t *tokens,
                      uint32_t n_tok) {
     const struct model *m = r->m;
     const model_hparams *hp = &m->hp;
-    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim;
-    const int64_t n_kv = (int64_t)hp->n_head_kv * hp->head_dim, n_ff = hp->n_ff;
+    const int64_t n_embd = hp->n_embd;
     const uint32_t p0 = kv->n_pos;
 
     for (uint32_t t = 0; t < n_tok; t++)
@@ -235,45 +413,44 @@ void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t 
         ops_rope_cache(&m->rope, (int32_t)(p0 + t), r->rope_cs + (size_t)t * hp->n_rot);
 
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        /* Attention. */
-        const model_weight *attn_norm = model_layer_weight(m, il, ARCH_ROLE_ATTN_NORM);
-        for (uint32_t t = 0; t < n_tok; t++)
-            r->ops->rms_norm(r->xn + t * n_embd, r->x + t * n_embd, attn_norm->data, n_embd,
-                             hp->rms_eps);
+        /* Attention (the previous layer's feed-forward output joins the residual here). */
+        forward_rows(&(rows_task){.r = r,
+                                  .op = ROWS_ADD_NORM,
+                                  .n_tok = n_tok,
+                                  .add = il > 0 ? r->tmp : NULL,
+                                  .norm = model_layer_weight(m, il, ARCH_ROLE_ATTN_NORM)});
         r->epoch++;
-        forward_matmul(r, r->q, model_layer_weight(m, il, ARCH_ROLE_ATTN_Q), r->xn, n_tok);
-        forward_matmul(r, r->k, model_layer_weight(m, il, ARCH_ROLE_ATTN_K), r->xn, n_tok);
-        forward_matmul(r, r->v, model_layer_weight(m, il, ARCH_ROLE_ATTN_V), r->xn, n_tok);
-        add_bias(r->q, model_layer_weight(m, il, ARCH_ROLE_ATTN_Q_BIAS), n_tok);
-        add_bias(r->k, model_layer_weight(m, il, ARCH_ROLE_ATTN_K_BIAS), n_tok);
-        add_bias(r->v, model_layer_weight(m, il, ARCH_ROLE_ATTN_V_BIAS), n_tok);
-        for (uint32_t t = 0; t < n_tok; t++) {
-            const float *cs = r->rope_cs + (size_t)t * hp->n_rot;
-            ops_rope_apply(&m->rope, r->q + t * n_q, (int32_t)hp->n_head, (int32_t)hp->head_dim,
-                           cs);
-            ops_rope_apply(&m->rope, r->k + t * n_kv, (int32_t)hp->n_head_kv, (int32_t)hp->head_dim,
-                           cs);
-            kv_store(kv, kv->k, il, p0 + t, r->k + t * n_kv);
-            kv_store(kv, kv->v, il, p0 + t, r->v + t * n_kv);
+        {
+            float *const outs[] = {r->q, r->k, r->v};
+            const model_weight *const ws[] = {model_layer_weight(m, il, ARCH_ROLE_ATTN_Q),
+                                              model_layer_weight(m, il, ARCH_ROLE_ATTN_K),
+                                              model_layer_weight(m, il, ARCH_ROLE_ATTN_V)};
+            forward_matmul_group(r, 3, outs, ws, r->xn, n_tok);
         }
+        forward_rows(
+            &(rows_task){.r = r, .kv = kv, .op = ROWS_QKV, .n_tok = n_tok, .il = il, .p0 = p0});
         attend_task at = {.r = r, .kv = kv, .il = il, .p0 = p0, .n_tok = n_tok};
         threadpool_run_slices(r->pool, attend_thread, &at);
         r->epoch++;
         forward_matmul(r, r->tmp, model_layer_weight(m, il, ARCH_ROLE_ATTN_OUT), r->attn, n_tok);
-        ops_add(r->x, r->tmp, n_tok * n_embd);
 
         /* Feed-forward. */
-        const model_weight *ffn_norm = model_layer_weight(m, il, ARCH_ROLE_FFN_NORM);
-        for (uint32_t t = 0; t < n_tok; t++)
-            r->ops->rms_norm(r->xn + t * n_embd, r->x + t * n_embd, ffn_norm->data, n_embd,
-                             hp->rms_eps);
+        forward_rows(&(rows_task){.r = r,
+                                  .op = ROWS_ADD_NORM,
+                                  .n_tok = n_tok,
+                                  .add = r->tmp,
+                                  .norm = model_layer_weight(m, il, ARCH_ROLE_FFN_NORM)});
         r->epoch++;
-        forward_matmul(r, r->gate, model_layer_weight(m, il, ARCH_ROLE_FFN_GATE), r->xn, n_tok);
-        forward_matmul(r, r->up, model_layer_weight(m, il, ARCH_ROLE_FFN_UP), r->xn, n_tok);
-        r->ops->swiglu(r->gate, r->up, n_tok * n_ff);
+        {
+            float *const outs[] = {r->gate, r->up};
+            const model_weight *const ws[] = {model_layer_weight(m, il, ARCH_ROLE_FFN_GATE),
+                                              model_layer_weight(m, il, ARCH_ROLE_FFN_UP)};
+            forward_matmul_group(r, 2, outs, ws, r->xn, n_tok);
+        }
+        forward_rows(&(rows_task){.r = r, .op = ROWS_SWIGLU, .n_tok = n_tok});
         r->epoch++;
         forward_matmul(r, r->tmp, model_layer_weight(m, il, ARCH_ROLE_FFN_DOWN), r->gate, n_tok);
-        ops_add(r->x, r->tmp, n_tok * n_embd);
     }
+    forward_rows(&(rows_task){.r = r, .op = ROWS_ADD_NORM, .n_tok = n_tok, .add = r->tmp});
     kv->n_pos = p0 + n_tok;
 }

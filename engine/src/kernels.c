@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include "corral/log.h"
@@ -69,6 +70,32 @@ void kernels__axpy_f16_scalar(float *restrict y, float a, const uint16_t *restri
     for (int64_t i = 0; i < n; i++) y[i] += a * tensor_fp16_to_f32(x[i]);
 }
 
+/* The attention of each head from the loops above (the SIMD paths do the same with theirs). */
+void kernels__attn_heads_scalar(uint32_t n_heads, const float *restrict q, const void *k,
+                                const void *v, size_t stride, uint32_t n_pos, uint32_t hd,
+                                float scale, int f16, float *restrict scores, float *restrict out) {
+    const size_t step = stride * (f16 ? sizeof(uint16_t) : sizeof(float));
+    for (uint32_t h = 0; h < n_heads; h++) {
+        const float *qh = q + (size_t)h * hd;
+        float *sh = scores + (size_t)h * n_pos, *oh = out + (size_t)h * hd;
+        for (uint32_t p = 0; p < n_pos; p++) {
+            const void *kp = (const char *)k + p * step;
+            sh[p] =
+                (f16 ? kernels__dot_f16_scalar(qh, kp, hd) : kernels__dot_f32_scalar(qh, kp, hd)) *
+                scale;
+        }
+        ops_softmax(sh, n_pos);
+        memset(oh, 0, hd * sizeof(float));
+        for (uint32_t p = 0; p < n_pos; p++) {
+            const void *vp = (const char *)v + p * step;
+            if (f16)
+                kernels__axpy_f16_scalar(oh, sh[p], vp, hd);
+            else
+                kernels__axpy_f32_scalar(oh, sh[p], vp, hd);
+        }
+    }
+}
+
 /* ---- tables ---------------------------------------------------------------------------------- */
 
 static void kernel_fill_scalar(kernel_ops *o) {
@@ -83,6 +110,7 @@ static void kernel_fill_scalar(kernel_ops *o) {
     o->attn_dot_f16 = kernels__dot_f16_scalar;
     o->attn_axpy_f32 = kernels__axpy_f32_scalar;
     o->attn_axpy_f16 = kernels__axpy_f16_scalar;
+    o->attn_heads = kernels__attn_heads_scalar;
     o->rms_norm = ops_rms_norm;
     o->swiglu = ops_swiglu;
     o->softmax = ops_softmax;

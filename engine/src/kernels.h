@@ -56,10 +56,68 @@ typedef enum kernel_path {
  * signatures and contracts, which every path keeps). from_float is the activation quantizer: the
  * SIMD paths provide fast ones for the partner types (Q8_0, Q8_1, Q8_K, F16, BF16) and keep the
  * scalar ones elsewhere. */
+/* ---- panels: weight rows interleaved for the matrix-product kernels ---------------------------
+ *
+ * A dot product kernel that takes one weight row at a time spends most of its instructions
+ * rearranging: bytes into element order, a block's scale next to the sums it scales, horizontal
+ * sums at the end. The panel kernels avoid all three by turning the matrix around: a panel is
+ * KERNEL_PANEL_ROWS (16) consecutive rows of a weight stored together block by block, so that one
+ * 64-byte register holds the same 4 bytes of 16 rows, one 32-bit lane per row. Multiplying it by
+ * a broadcast group of 4 activation bytes (vpdpbusd) advances the dot products of 16 rows at
+ * once, the 16 scales of a block are one 32-byte load, and no lane ever needs summing with
+ * another: lane r is row r from start to end.
+ *
+ * The layout. A block of the type (Q4_0: 18 bytes, Q8_0: 34, Q4_K: 144, Q6_K: 210, F16: one
+ * element, 2) is cut into
+ * units: its fp16 scale fields are 2-byte units, every other byte is in a 4-byte unit. The panel
+ * block b holds block b of each of the 16 rows, unit by unit: the unit at byte offset o of row r
+ * goes to offset 16 * o + size * r. So a field keeps its place (times 16), each field becomes a
+ * small [unit][row] array, and a panel is exactly as large as the 16 rows it holds. A weight
+ * matrix in panel layout is its rows 16 at a time, then the rows left over (n_out % 16) as they
+ * were (the dot kernel handles those).
+ *
+ * The arithmetic. Lane r computes exactly what the scalar vec_dot of row r computes, in the same
+ * order: the same exact integer block sums, then the same float multiplies and adds, block after
+ * block (the SIMD files are built with -ffp-contract=off). A panel kernel's output is therefore
+ * bit-identical to the scalar reference, for any number of activation rows, any split of rows
+ * among threads and any path; the tests compare them with memcmp.
+ *
+ * F16 panels hold one element per block (2-byte units), and their activations come widened to
+ * double: the product of two halves is exact in float and in double, and the scalar twin adds
+ * the products in double in element order, which lane r does with one FMA per element.
+ *
+ * Codes and offsets. Weight codes enter the unsigned side of the byte product: Q4_0 as q in
+ * 0..15 for the value q - 8, Q8_0 as w + 128 (VNNI) for w, Q6_K as q in 0..63 for q - 32. The
+ * offset is taken off once per block through the sum of the activation codes: sum((q - 8) * y)
+ * = sum(q * y) - 8 * sum(y). Q8_0 activations carry no sum, so the matrix product computes it
+ * once per activation block (kernel_act_aux, with the scale as a float); Q8_K carries bsums.
+ */
+#define KERNEL_PANEL_ROWS 16
+
+/* Per Q8_0 activation block: its scale as a float, and the sum of its 32 codes times the negated
+ * code offsets of the weight types (Q4_0: 8, Q8_0 with VNNI: 128), ready to start a block's
+ * integer sum with. */
+typedef struct kernel_act_aux {
+    float d;
+    int32_t neg8_sum;   /* -8 * sum */
+    int32_t neg128_sum; /* -128 * sum */
+} kernel_act_aux;
+
+/* The products of one panel with n_tok activation rows: out[t * out_stride + r] = W[r] . y[t]
+ * for r < KERNEL_PANEL_ROWS, t < n_tok. `panel` is one panel of a weight with n_in elements per
+ * row; activation row t is at y + t * y_stride (bytes) in the type's vec_dot_type, except for F16
+ * weights: n_in doubles, the F16 activations widened; for types whose activations are Q8_0,
+ * aux + t * aux_stride holds its n_in / 32 kernel_act_aux entries (kernels_act_aux), for the
+ * others aux is unused. Bit-identical with the scalar vec_dot. */
+typedef void (*kernel_panel_dot_fn)(int64_t n_in, const void *restrict panel, const void *y,
+                                    size_t y_stride, const kernel_act_aux *aux, size_t aux_stride,
+                                    int64_t n_tok, float *restrict out, size_t out_stride);
+
 typedef struct kernel_type_ops {
     tensor_to_float_fn to_float;
     tensor_from_float_fn from_float;
     tensor_vec_dot_fn vec_dot;
+    kernel_panel_dot_fn panel_dot; /* NULL: this path has no panel kernel for the type */
 } kernel_type_ops;
 
 /* sum of a[i] * b[i] for i < n (float accumulation): a query head against a key row. */
@@ -73,6 +131,19 @@ typedef void (*kernel_axpy_f32_fn)(float *restrict y, float a, const float *rest
 typedef void (*kernel_axpy_f16_fn)(float *restrict y, float a, const uint16_t *restrict x,
                                    int64_t n);
 
+/* Attention of n_heads query heads (at most KERNEL_ATTN_MAX_HEADS) that share one KV head, over
+ * positions [0, n_pos): for head h (q + h * hd), scores[p] = (q_h . K[p]) * scale, scores =
+ * softmax(scores), out_h (out + h * hd) = sum over p of scores[p] * V[p]. K[p] and V[p] are hd
+ * elements at k + p * stride and v + p * stride (elements), IEEE half when f16, else float;
+ * scores is n_heads * n_pos floats of scratch. Per head exactly the path's attn_dot, softmax and
+ * attn_axpy applied in that order (bit for bit), in one call with the loops inlined: heads that
+ * share K and V rows read them once, and their accumulations run side by side. */
+#define KERNEL_ATTN_MAX_HEADS 2
+typedef void (*kernel_attn_heads_fn)(uint32_t n_heads, const float *restrict q, const void *k,
+                                     const void *v, size_t stride, uint32_t n_pos, uint32_t hd,
+                                     float scale, int f16, float *restrict scores,
+                                     float *restrict out);
+
 typedef struct kernel_ops {
     kernel_path path;
     bool vnni;        /* this table uses the VNNI instructions of its path */
@@ -83,6 +154,7 @@ typedef struct kernel_ops {
     kernel_dot_f16_fn attn_dot_f16;
     kernel_axpy_f32_fn attn_axpy_f32;
     kernel_axpy_f16_fn attn_axpy_f16;
+    kernel_attn_heads_fn attn_heads;
     /* Row ops, with the contracts of their scalar twins in ops.h. */
     void (*rms_norm)(float *out, const float *x, const float *weight, int64_t n, float eps);
     void (*swiglu)(float *gate, const float *up, int64_t n);
@@ -122,12 +194,36 @@ cpu_features kernel_path_vnni_features(kernel_path path);
 corral_status kernels_select(const char *request, cpu_features have, kernel_path *path, bool *vnni,
                              corral_error *err);
 
+/* ---- panels (kernels_panel.c, portable) ------------------------------------------------------ */
+
+/* 1 when the panel layout is defined for the type (Q4_0, Q8_0, Q4_K, Q6_K, F16). */
+int kernels_panel_layout_known(tensor_type type);
+
+/* Rearrange a weight of n_out rows of n_in elements (rows contiguous, as in a GGUF file) into the
+ * panel layout: full panels first, then the n_out % KERNEL_PANEL_ROWS rows left over, unchanged.
+ * dst has the same size as src (n_out * tensor_row_size) and must not overlap it. Panels
+ * [p0, p1) only, so that callers can spread the work or stream it; the leftover rows are copied
+ * by the call whose range ends at the last panel. The type's layout must be known. */
+void kernels_panel_pack(tensor_type type, const void *src, int64_t n_in, int64_t n_out, int64_t p0,
+                        int64_t p1, void *dst);
+
+/* Row `row` of a weight in panel layout, in the file's row layout, into dst (tensor_row_size
+ * bytes): the inverse of kernels_panel_pack for one row. */
+void kernels_panel_get_row(tensor_type type, const void *packed, int64_t n_in, int64_t n_out,
+                           int64_t row, void *dst);
+
+/* The kernel_act_aux entries of one Q8_0 activation row of n elements (n / 32 entries). */
+void kernels_act_aux(const void *y_q8_0, int64_t n, kernel_act_aux *aux);
+
 /* ---- scalar twins of the attention loops (kernels.c); the scalar table uses them ---------- */
 
 float kernels__dot_f32_scalar(const float *restrict a, const float *restrict b, int64_t n);
 float kernels__dot_f16_scalar(const float *restrict a, const uint16_t *restrict b, int64_t n);
 void kernels__axpy_f32_scalar(float *restrict y, float a, const float *restrict x, int64_t n);
 void kernels__axpy_f16_scalar(float *restrict y, float a, const uint16_t *restrict x, int64_t n);
+void kernels__attn_heads_scalar(uint32_t n_heads, const float *restrict q, const void *k,
+                                const void *v, size_t stride, uint32_t n_pos, uint32_t hd,
+                                float scale, int f16, float *restrict scores, float *restrict out);
 
 /* ---- SIMD tables (x86-64 builds only) -------------------------------------------------------- */
 

@@ -6,8 +6,11 @@
 #define KX_VNNI 1
 #define KX_EVEX 1
 #include "kernels_avx512.inc"
+#define KP_BITS 512
+#include "kernels_panel.inc"
 
 void kernels__fill_avx512_vnni(kernel_ops *ops) {
     kx_fill_512(ops);
+    kp_fill(ops);
 }
 #endif

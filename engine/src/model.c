@@ -9,6 +9,7 @@
 
 #include "corral/log.h"
 #include "model_impl.h"
+#include "tensor_blocks.h"
 
 model_params model_params_default(void) {
     return (model_params){.compute = MODEL_COMPUTE_FAST};
@@ -271,6 +272,7 @@ model *model_load(const char *path, const model_params *params, corral_error *er
                          (int)tok_vocab_size(m->tok), m->hp.n_vocab);
         goto fail_named;
     }
+    if (model__repack(m, err) != CORRAL_OK) goto fail_named;
     log_debug("model loaded", LOG_STR("path", path), LOG_STR("arch", m->hp.arch),
               LOG_UINT("layers", m->hp.n_layer), LOG_UINT("embd", m->hp.n_embd),
               LOG_UINT("vocab", m->hp.n_vocab), LOG_UINT("weight_bytes", m->weight_bytes));
@@ -286,6 +288,7 @@ void model_destroy(model **pm) {
     if (!pm || !*pm) return;
     struct model *m = *pm;
     tok_destroy(&m->tok);
+    model__packed_destroy(&m->packed);
     free(m->layers);
     gguf_destroy(&m->file);
     free(m);
@@ -454,7 +457,7 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
         (r->tmp = malloc(B * hp->n_embd * sizeof(float))) &&
         (r->gate = malloc(B * hp->n_ff * sizeof(float))) &&
         (r->up = malloc(B * hp->n_ff * sizeof(float))) &&
-        (r->scores = malloc(T * hp->n_ctx_train * sizeof(float))) &&
+        (r->scores = malloc(T * KERNEL_ATTN_MAX_HEADS * hp->n_ctx_train * sizeof(float))) &&
         (r->rope_cs = malloc(B * hp->n_rot * sizeof(float))) &&
         (r->row_f32 = malloc(T * max_in * sizeof(float))) &&
         (r->kv_row = malloc(T * hp->head_dim * sizeof(float)));
@@ -474,6 +477,19 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
         r->act_q_size[vt] = bytes;
         ok = r->act_q[vt] != NULL;
     }
+    /* The panel kernels' side data of Q8_0 activations, and a row taken out of a panel. */
+    if (ok && r->act_q[TENSOR_TYPE_Q8_0])
+        ok = (r->act_aux = malloc(B * (max_in / QK8_0) * sizeof *r->act_aux)) != NULL;
+    size_t max_row = 0;
+    int f16_panels = 0;
+    for (size_t i = 0; i < ARCH_N_GLOBAL_ROLES + (size_t)hp->n_layer * ARCH_N_LAYER_ROLES; i++) {
+        const model_weight *w =
+            i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
+        if (w->panels && w->row_bytes > max_row) max_row = w->row_bytes;
+        if (w->panels && w->type == TENSOR_TYPE_F16) f16_panels = 1;
+    }
+    if (ok && max_row > 0) ok = (r->row_q = malloc(max_row)) != NULL;
+    if (ok && f16_panels) ok = (r->act_f64 = malloc(B * max_in * sizeof(double))) != NULL;
     if (!ok) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot allocate scratch for %u tokens",
                          max_batch);
@@ -489,6 +505,9 @@ void model_runner_destroy(model_runner **pr) {
                      r->gate, r->up, r->scores, r->rope_cs, r->row_f32, r->kv_row};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int t = 0; t < TENSOR_TYPE_COUNT; t++) free(r->act_q[t]);
+    free(r->act_aux);
+    free(r->act_f64);
+    free(r->row_q);
     free(r);
     *pr = NULL;
 }

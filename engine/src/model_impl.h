@@ -15,12 +15,16 @@
 
 /* One weight matrix (or vector) bound from the file: rows of n_in elements of `type`. */
 typedef struct model_weight {
-    const void *data; /* into the file mapping; NULL when the (optional) tensor is absent */
+    const void *data; /* into the file mapping (or the repacked copy); NULL when the (optional)
+                         tensor is absent */
     uint32_t type;
     int64_t n_in;     /* ne[0]: elements per row */
     int64_t n_out;    /* ne[1]: rows (1 for vectors) */
     size_t row_bytes; /* bytes per row */
     const tensor_type_traits *traits;
+    /* 1 when data holds the rows in panel layout (kernels.h): n_out / 16 panels, then the rows
+     * left over as in the file. Only for types with a panel kernel on the runner's path. */
+    int panels;
 } model_weight;
 
 struct model {
@@ -33,6 +37,9 @@ struct model {
     model_weight global[ARCH_N_GLOBAL_ROLES];
     model_weight *layers; /* [n_layer][ARCH_N_LAYER_ROLES] */
     uint64_t weight_bytes;
+    /* The weights in panel layout (model_repack.c): a mapped image in the cache directory, or
+     * memory of our own when there is no cache directory; NULL when nothing was repacked. */
+    struct model_packed *packed;
 };
 
 /* The weight of a per-layer role in layer il. */
@@ -78,16 +85,34 @@ struct model_runner {
     float *tmp;     /* output of a projection [n_embd] */
     float *gate;    /* [n_ff] */
     float *up;      /* [n_ff] */
-    float *scores;  /* attention scores over the context, per thread [n_threads][n_ctx_train] */
+    float *scores;  /* attention scores over the context, per thread and head of a kernel call
+                       [n_threads][KERNEL_ATTN_MAX_HEADS][n_ctx_train] */
     float *rope_cs; /* cos/sin per token [max_batch][n_rot] */
     float *row_f32; /* a dequantized weight row (reference mode), per thread [n_threads][max_in] */
     float *kv_row;  /* a K or V row converted to F32, per thread [n_threads][head_dim] */
+    void *row_q;    /* one weight row in file layout, taken out of a panel (forward_get_row) */
     /* Quantized activations, one buffer per partner type. */
     void *act_q[TENSOR_TYPE_COUNT];
     size_t act_q_size[TENSOR_TYPE_COUNT];
     act_cache_entry act_cached[TENSOR_TYPE_COUNT];
+    /* Side data of the Q8_0 activations for the panel kernels, [max_batch][max_in / 32]. */
+    kernel_act_aux *act_aux;
+    /* The F16 activations widened to double for the F16 panel kernel, [max_batch][max_in]; only
+     * when the model has F16 panels. */
+    double *act_f64;
     uint64_t epoch;
 };
+
+/* Put the weights the path has panel kernels for into panel layout (model_repack.c); a no-op in
+ * reference mode. CORRAL_OUT_OF_MEMORY with err set when the copy cannot be made. */
+corral_status model__repack(struct model *m, corral_error *err);
+
+/* Map the file pages of [p, p + n) into the process now (MADV_POPULATE_READ where the kernel has
+ * it; otherwise nothing): weights about to be read in full (model_repack.c). */
+void model__populate(const void *p, size_t n);
+
+/* Release what model__repack made. NULL-safe; sets *p to NULL. */
+void model__packed_destroy(struct model_packed **p);
 
 /* The llama-style decoder (forward.c). */
 void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t *tokens,
@@ -97,6 +122,12 @@ void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t 
  * (forward.c). */
 void forward_matmul(struct model_runner *r, float *out, const model_weight *w, const float *x,
                     int64_t n_tok);
+
+/* Up to FORWARD_MAX_GROUP products of the same input in one pool run: out[i] = W[i] x (Q, K and
+ * V; gate and up). */
+#define FORWARD_MAX_GROUP 3
+void forward_matmul_group(struct model_runner *r, int n, float *const *out,
+                          const model_weight *const *w, const float *x, int64_t n_tok);
 
 /* Dequantize row `row` of an embedding-like weight into dst (forward.c). */
 void forward_get_row(const struct model_runner *r, const model_weight *w, int64_t row, float *dst);

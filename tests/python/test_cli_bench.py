@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -45,11 +46,24 @@ def corral_path() -> str:
     return path
 
 
+# bench keeps the weights it rearranges for the kernels in a cache directory between loads; the
+# tests give it one of their own instead of the machine's.
+CACHE_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / f"corral-test-bench-cache-{os.getpid()}"
+
+
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([corral_path(), *args], capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, CORRAL_CACHE_DIR=str(CACHE_DIR))
+    proc = subprocess.run([corral_path(), *args], capture_output=True, text=True, timeout=600,
+                          env=env)
     if check and proc.returncode != 0:
         pytest.fail(f"corral {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir():
+    yield CACHE_DIR
+    shutil.rmtree(CACHE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +110,9 @@ def test_bench_json_has_every_key(tiny_model: Path):
     expected = result["tg_tok_s"] / (result["bandwidth_gb_s"] * 1e9 / result["bytes_per_token"])
     assert result["ceiling_fraction"] == pytest.approx(expected, rel=1e-4)
     assert result["load_ms_warm"] > 0 and result["load_ms_cold"] > 0
+    assert 0 < result["ready_ms_warm"] <= result["load_ms_warm"]
+    # The first load left the rearranged weights in the cache directory for the later ones.
+    assert list(CACHE_DIR.glob("repack-tiny-q4_0-*.gguf")), list(CACHE_DIR.iterdir())
     assert result["peak_rss_bytes"] > size
     assert 0 <= result["cold_resident_fraction"] <= 1
     # The engine's kernel table ("avx512+vnni", "scalar", ...), not the CPU's feature list.

@@ -278,6 +278,137 @@ START_TEST(test_vec_dot_matches_scalar) {
 }
 END_TEST
 
+/* ---- panel kernels --------------------------------------------------------------------------- */
+
+static const tensor_type panel_types[] = {TENSOR_TYPE_Q4_0, TENSOR_TYPE_Q8_0, TENSOR_TYPE_Q4_K,
+                                          TENSOR_TYPE_Q6_K, TENSOR_TYPE_F16};
+
+/* A weight of n_out random rows of n elements, packed into panels and unpacked again row by row,
+ * is the same bytes; the layout keeps the size and leaves the rows after the last panel alone. */
+START_TEST(test_panel_pack_roundtrip) {
+    static const int64_t n_outs[] = {16, 17, 31, 48, 53};
+    for (size_t ti = 0; ti < sizeof panel_types / sizeof panel_types[0]; ti++) {
+        const tensor_type t = panel_types[ti];
+        ck_assert(kernels_panel_layout_known(t));
+        const int64_t n = 3 * tensor_type_get_traits(t)->block_size;
+        const size_t row = tensor_row_size(t, n);
+        for (size_t oi = 0; oi < sizeof n_outs / sizeof n_outs[0]; oi++) {
+            const int64_t n_out = n_outs[oi];
+            rng r = {1000 + ti * 31 + oi};
+            uint8_t *w = malloc(row * n_out), *packed = malloc(row * n_out), *back = malloc(row);
+            rng_bytes(&r, w, row * n_out);
+            const int64_t n_panels = n_out / KERNEL_PANEL_ROWS;
+            /* Two calls, as a caller spreading the work would make them. */
+            kernels_panel_pack(t, w, n, n_out, 0, n_panels / 2, packed);
+            kernels_panel_pack(t, w, n, n_out, n_panels / 2, n_panels, packed);
+            if (n_panels > 0)
+                ck_assert_msg(memcmp(w, packed, row * KERNEL_PANEL_ROWS) != 0,
+                              "%s: packing changed nothing", tensor_type_name(t));
+            const size_t tail = (size_t)n_panels * KERNEL_PANEL_ROWS * row;
+            ck_assert(memcmp(w + tail, packed + tail, row * n_out - tail) == 0);
+            for (int64_t i = 0; i < n_out; i++) {
+                kernels_panel_get_row(t, packed, n, n_out, i, back);
+                ck_assert_msg(memcmp(back, w + i * row, row) == 0, "%s: row %lld of %lld differs",
+                              tensor_type_name(t), (long long)i, (long long)n_out);
+            }
+            free(w);
+            free(packed);
+            free(back);
+        }
+    }
+    ck_assert(!kernels_panel_layout_known(TENSOR_TYPE_Q5_K));
+    ck_assert(!kernels_panel_layout_known(TENSOR_TYPE_BF16));
+}
+END_TEST
+
+/* Every panel kernel of every SIMD variant against the scalar vec_dot, row by row and token by
+ * token: bit-identical (kernels.h). Token counts cover full tiles and every kind of partial one;
+ * row lengths cover one block up to many. */
+START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
+    variant vs[8];
+    const int nv = simd_variants(vs);
+    static const int64_t blocks[] = {1, 2, 3, 7, 64, 129};
+    static const int64_t kblocks[] = {1, 2, 3, 11};
+    static const int64_t flens[] = {1, 2, 3, 17, 64, 300};
+    static const int64_t n_toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 19, 31};
+    const int64_t n_out = 2 * KERNEL_PANEL_ROWS;
+    int checked = 0;
+    for (size_t ti = 0; ti < sizeof panel_types / sizeof panel_types[0]; ti++) {
+        const tensor_type t = panel_types[ti];
+        const tensor_type_traits *tt = tensor_type_get_traits(t);
+        const tensor_type vt = tt->vec_dot_type;
+        const tensor_type_traits *yt = tensor_type_get_traits(vt);
+        const int64_t *lens = tt->block_size == 32 ? blocks : tt->block_size == 1 ? flens : kblocks;
+        const size_t n_lens = tt->block_size == 32  ? sizeof blocks / sizeof blocks[0]
+                              : tt->block_size == 1 ? sizeof flens / sizeof flens[0]
+                                                    : sizeof kblocks / sizeof kblocks[0];
+        /* F16 panels take the activations widened to double (kernels.h). */
+        const bool widen = t == TENSOR_TYPE_F16;
+        for (size_t li = 0; li < n_lens; li++) {
+            const int64_t n = lens[li] * tt->block_size;
+            const size_t row = tensor_row_size(t, n), yrow = tensor_row_size(vt, n);
+            const int64_t max_tok = n_toks[sizeof n_toks / sizeof n_toks[0] - 1];
+            rng r = {77 + ti * 1009 + (uint64_t)n};
+            uint8_t *w = malloc(row * n_out), *packed = malloc(row * n_out);
+            uint8_t *y = malloc(yrow * max_tok);
+            double *yd = malloc((size_t)n * max_tok * sizeof(double));
+            float *yf = malloc((size_t)n * sizeof(float));
+            kernel_act_aux *aux = malloc((size_t)max_tok * (n / 32) * sizeof *aux);
+            float *ref = malloc((size_t)max_tok * n_out * sizeof(float));
+            float *got = malloc((size_t)max_tok * n_out * sizeof(float));
+            for (int64_t i = 0; i < n_out; i++) make_weights(&r, t, n, w + i * row);
+            for (int64_t k = 0; k < max_tok; k++) {
+                rng_activations(&r, yf, n, yt->block_size);
+                yt->from_float(yf, y + k * yrow, n);
+                if (vt == TENSOR_TYPE_Q8_0) kernels_act_aux(y + k * yrow, n, aux + k * (n / 32));
+                for (int64_t i = 0; widen && i < n; i++)
+                    yd[k * n + i] = tensor_fp16_to_f32(((const uint16_t *)(y + k * yrow))[i]);
+                for (int64_t i = 0; i < n_out; i++)
+                    tt->vec_dot(n, &ref[k * n_out + i], w + i * row, y + k * yrow);
+            }
+            kernels_panel_pack(t, w, n, n_out, 0, n_out / KERNEL_PANEL_ROWS, packed);
+            for (int v = 0; v < nv; v++) {
+                const kernel_panel_dot_fn dot = vs[v].ops->type[t].panel_dot;
+                ck_assert_msg(dot != NULL, "%s has no %s panel kernel", vs[v].name, tt->name);
+                for (size_t ki = 0; ki < sizeof n_toks / sizeof n_toks[0]; ki++) {
+                    const int64_t n_tok = n_toks[ki];
+                    memset(got, 0xFF, (size_t)max_tok * n_out * sizeof(float));
+                    for (int64_t p = 0; p < n_out / KERNEL_PANEL_ROWS; p++)
+                        dot(n, packed + p * KERNEL_PANEL_ROWS * row, widen ? (void *)yd : (void *)y,
+                            widen ? (size_t)n * sizeof(double) : yrow, aux, n / 32, n_tok,
+                            got + p * KERNEL_PANEL_ROWS, n_out);
+                    for (int64_t k = 0; k < n_tok; k++)
+                        for (int64_t i = 0; i < n_out; i++) {
+                            const float a = got[k * n_out + i], b = ref[k * n_out + i];
+                            ck_assert_msg(memcmp(&a, &b, sizeof a) == 0,
+                                          "%s panel %s n=%lld tokens=%lld: row %lld token %lld: "
+                                          "%.9g vs scalar %.9g",
+                                          vs[v].name, tt->name, (long long)n, (long long)n_tok,
+                                          (long long)i, (long long)k, a, b);
+                            checked++;
+                        }
+                    /* Nothing written beyond the n_tok tokens asked for. */
+                    for (int64_t k = n_tok; k < max_tok; k++) {
+                        uint32_t u;
+                        memcpy(&u, &got[k * n_out], sizeof u);
+                        ck_assert_uint_eq(u, 0xFFFFFFFFu);
+                    }
+                }
+            }
+            free(w);
+            free(packed);
+            free(y);
+            free(yd);
+            free(yf);
+            free(aux);
+            free(ref);
+            free(got);
+        }
+    }
+    printf("  %d panel outputs bit-identical to scalar on %d SIMD variants\n", checked, nv);
+}
+END_TEST
+
 /* ---- activation quantizers ------------------------------------------------------------------- */
 
 /* Inputs that reach every branch of the quantizers: ordinary blocks of varied magnitude, ties at
@@ -528,6 +659,87 @@ START_TEST(test_attention_loops) {
         }
     }
     printf("  attention dots worst |d|/S %.3g\n", worst);
+}
+END_TEST
+
+/* attn_heads of every variant (the scalar one too) is, bit for bit and head by head, that
+ * variant's attn_dot, softmax and attn_axpy applied in turn: K and V rows strided as in the cache
+ * (other heads in between), every head count a call takes. */
+START_TEST(test_attention_heads_are_the_loops) {
+    variant vs[8];
+    int nv = simd_variants(vs);
+    vs[nv++] = (variant){kernels_for_path(KERNEL_PATH_SCALAR), "scalar"};
+    static const uint32_t hds[] = {1, 17, 64, 80, 128};
+    static const uint32_t positions[] = {1, 2, 7, 16, 33};
+    int checked = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const uint32_t hd = hds[hi];
+        const size_t stride = 3 * (size_t)hd;
+        for (size_t pi = 0; pi < sizeof positions / sizeof positions[0]; pi++) {
+            const uint32_t n_pos = positions[pi];
+            rng r = {hd * 7919u + n_pos};
+            float *q = malloc(KERNEL_ATTN_MAX_HEADS * hd * sizeof(float));
+            float *k = malloc(n_pos * stride * sizeof(float));
+            float *vv = malloc(n_pos * stride * sizeof(float));
+            uint16_t *kh = malloc(n_pos * stride * 2), *vh = malloc(n_pos * stride * 2);
+            for (uint32_t i = 0; i < KERNEL_ATTN_MAX_HEADS * hd; i++) q[i] = rng_normal(&r);
+            for (size_t i = 0; i < n_pos * stride; i++) {
+                k[i] = rng_normal(&r) * 2;
+                vv[i] = rng_normal(&r);
+                kh[i] = tensor_f32_to_fp16(k[i]);
+                vh[i] = tensor_f32_to_fp16(vv[i]);
+            }
+            float *scores = malloc(KERNEL_ATTN_MAX_HEADS * n_pos * sizeof(float));
+            float *want = malloc(KERNEL_ATTN_MAX_HEADS * hd * sizeof(float));
+            float *got = malloc(KERNEL_ATTN_MAX_HEADS * hd * sizeof(float));
+            const float scale = 1.0f / sqrtf((float)hd);
+            for (int v = 0; v < nv; v++) {
+                const kernel_ops *o = vs[v].ops;
+                for (int f16 = 0; f16 < 2; f16++) {
+                    const void *kb = f16 ? (const void *)kh : (const void *)k;
+                    const void *vb = f16 ? (const void *)vh : (const void *)vv;
+                    const size_t esz = f16 ? 2 : 4;
+                    for (uint32_t h = 0; h < KERNEL_ATTN_MAX_HEADS; h++) {
+                        const float *qh = q + h * hd;
+                        float *wh = want + h * hd;
+                        for (uint32_t p = 0; p < n_pos; p++) {
+                            const void *kp = (const char *)kb + p * stride * esz;
+                            scores[p] =
+                                (f16 ? o->attn_dot_f16(qh, kp, hd) : o->attn_dot_f32(qh, kp, hd)) *
+                                scale;
+                        }
+                        o->softmax(scores, n_pos);
+                        memset(wh, 0, hd * sizeof(float));
+                        for (uint32_t p = 0; p < n_pos; p++) {
+                            const void *vp = (const char *)vb + p * stride * esz;
+                            if (f16)
+                                o->attn_axpy_f16(wh, scores[p], vp, hd);
+                            else
+                                o->attn_axpy_f32(wh, scores[p], vp, hd);
+                        }
+                    }
+                    for (uint32_t nh = 1; nh <= KERNEL_ATTN_MAX_HEADS; nh++) {
+                        memset(got, 0xFF, KERNEL_ATTN_MAX_HEADS * hd * sizeof(float));
+                        o->attn_heads(nh, q, kb, vb, stride, n_pos, hd, scale, f16, scores, got);
+                        ck_assert_msg(memcmp(got, want, nh * hd * sizeof(float)) == 0,
+                                      "%s attn_heads (%u heads) hd=%u positions=%u %s differs from "
+                                      "its loops",
+                                      vs[v].name, nh, hd, n_pos, f16 ? "f16" : "f32");
+                        checked++;
+                    }
+                }
+            }
+            free(q);
+            free(k);
+            free(vv);
+            free(kh);
+            free(vh);
+            free(scores);
+            free(want);
+            free(got);
+        }
+    }
+    printf("  %d attention calls bit-identical to their loops\n", checked);
 }
 END_TEST
 
@@ -842,9 +1054,12 @@ static Suite *kernels_suite(void) {
     TCase *core = tcase_create("core");
     tcase_set_timeout(core, 300);
     tcase_add_test(core, test_vec_dot_matches_scalar);
+    tcase_add_test(core, test_panel_pack_roundtrip);
+    tcase_add_test(core, test_panel_dot_matches_scalar_bit_for_bit);
     tcase_add_test(core, test_quantizers_byte_identical);
     tcase_add_test(core, test_to_float_bit_identical);
     tcase_add_test(core, test_attention_loops);
+    tcase_add_test(core, test_attention_heads_are_the_loops);
     tcase_add_test(core, test_row_ops);
     tcase_add_test(core, test_select_picks_best_and_named_paths);
     tcase_add_test(core, test_tables_match_cpu_and_are_complete);

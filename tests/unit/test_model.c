@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "corral/model.h"
 #include "corral/tensor.h"
@@ -626,6 +628,124 @@ START_TEST(test_bad_model_files) {
 }
 END_TEST
 
+/* ---- weights in panel layout, kept between loads ------------------------------------------ */
+
+/* Copy a shared model into the test's folder (so that its identity can be changed). */
+static void copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    ck_assert_ptr_nonnull(in);
+    ck_assert_ptr_nonnull(out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    ck_assert_int_eq(fclose(out), 0);
+}
+
+/* Logits of 8 fixed ids (all positions) after loading `path` with `cache_dir`; the image used (or
+ * "" for none) into image[]. Caller frees. */
+static float *cached_logits(const char *path, const char *cache_dir, char *image, size_t size) {
+    model_params mp = model_params_default();
+    mp.cache_dir = cache_dir;
+    corral_error err;
+    model *m = model_load(path, &mp, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    const char *used = model_repack_path(m);
+    snprintf(image, size, "%s", used ? used : "");
+    const uint32_t n_vocab = model_get_hparams(m)->n_vocab;
+    kv_cache *kv = kv_cache_new(m, 16, KV_TYPE_F32, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
+    ck_assert_ptr_nonnull(r);
+    const int32_t ids[8] = {1, 7, 99, 3, 250, 12, 41, 8};
+    float *logits = malloc(8 * n_vocab * sizeof(float));
+    ck_assert_int_eq(model_forward(r, kv, ids, 8, MODEL_LOGITS_ALL, logits, &err), CORRAL_OK);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    model_destroy(&m);
+    return logits;
+}
+
+static ino_t inode_of(const char *path) {
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return st.st_ino;
+}
+
+/* The first load writes an image of the repacked weights into the cache directory (made on the
+ * way); later loads map it without rewriting it; a damaged image, a model file that changed and a
+ * cache directory that cannot be made all still load, and every load computes the same logits
+ * as a load without any cache (the panels in memory). */
+static void check_repack_cache(const char *model_rel) {
+    char model[400], cache[400], image[4096], again[4096];
+    snprintf(model, sizeof model, "%s/model.gguf", tmp_dir);
+    snprintf(cache, sizeof cache, "%s/cache/nested", tmp_dir); /* made with its parent */
+    copy_file(test_shared_path(model_rel), model);
+    const uint32_t n = 8 * N_VOCAB;
+
+    float *want = cached_logits(model, NULL, image, sizeof image);
+    ck_assert_str_eq(image, "");
+
+    float *got = cached_logits(model, cache, image, sizeof image);
+    ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
+    /* The scalar path has no panel kernels: nothing is rearranged, nothing cached. */
+    const char *cpu = getenv("CORRAL_CPU");
+    if (cpu && strcmp(cpu, "scalar") == 0) {
+        ck_assert_str_eq(image, "");
+        free(got);
+        free(want);
+        return;
+    }
+    ck_assert_msg(strncmp(image, cache, strlen(cache)) == 0 && strstr(image, "/repack-model-"),
+                  "image %s", image);
+    ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
+    free(got);
+    const ino_t first = inode_of(image);
+
+    got = cached_logits(model, cache, again, sizeof again);
+    ck_assert_str_eq(again, image);
+    ck_assert_msg(inode_of(image) == first, "a valid image was written again");
+    ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
+    free(got);
+
+    /* A damaged header: the load writes the image anew. */
+    FILE *fp = fopen(image, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    fputs("XXXX", fp);
+    fclose(fp);
+    got = cached_logits(model, cache, again, sizeof again);
+    ck_assert_str_eq(again, image);
+    ck_assert_msg(inode_of(image) != first, "the damaged image was not replaced");
+    ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
+    free(got);
+
+    /* The model file changed (its modification time): another image. */
+    struct timespec times[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, model, times, 0), 0);
+    got = cached_logits(model, cache, again, sizeof again);
+    ck_assert_str_ne(again, image);
+    ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
+    free(got);
+
+    /* A cache directory that cannot be made (its parent is a file): in memory, same logits. */
+    char bad[500];
+    snprintf(bad, sizeof bad, "%s/sub", model);
+    got = cached_logits(model, bad, again, sizeof again);
+    ck_assert_str_eq(again, "");
+    ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
+    free(got);
+    free(want);
+}
+
+START_TEST(test_repacked_weights_cache) {
+    check_repack_cache("models/stories260K-q4_0.gguf");
+}
+END_TEST
+
+START_TEST(test_repacked_weights_cache_k_quants) {
+    check_repack_cache("models/synth-llama-q4_k_m.gguf");
+}
+END_TEST
+
 static Suite *model_suite(void) {
     Suite *s = suite_create("model");
     TCase *core = tcase_create("core");
@@ -651,6 +771,11 @@ static Suite *model_suite(void) {
     tcase_add_test(errors, test_unchanged_copy_loads);
     tcase_add_test(errors, test_bad_model_files);
     suite_add_tcase(s, errors);
+    TCase *cache = tcase_create("cache");
+    tcase_add_checked_fixture(cache, tmp_setup, tmp_teardown);
+    tcase_add_test(cache, test_repacked_weights_cache);
+    tcase_add_test(cache, test_repacked_weights_cache_k_quants);
+    suite_add_tcase(s, cache);
     return s;
 }
 

@@ -3,8 +3,12 @@
  *
  * Three objects with separate lifetimes, in the manner of llama2.c's Config/Weights/RunState:
  *   model        the hyperparameters, the tokenizer and the weights. The weights are the GGUF
- *                file's own bytes, memory-mapped read-only: loading copies nothing. Immutable after
- *                model_load, so one model can serve many threads and sequences.
+ *                file's own bytes, memory-mapped read-only, except the matrices the fast kernels
+ *                want rearranged (16 rows interleaved): those are mapped from an image in the
+ *                cache directory, made on the first load (model_params.cache_dir), or rearranged
+ *                in memory at load without one; either way the process holds one copy of each
+ *                weight. Immutable after model_load, so one model can serve many threads and
+ *                sequences.
  *   kv_cache     the attention keys and values of one sequence (a conversation), with the number
  *                of positions filled; it can be extended, truncated and copied.
  *   model_runner scratch buffers for one forward pass at a time (sized for a batch of tokens),
@@ -12,10 +16,10 @@
  *                serve any number of kv caches in turn.
  *
  * Threads. A runner made with a thread pool splits every matrix product over the pool's threads
- * by rows of the weight (each thread a contiguous range), and attention by heads; the small row
- * operations (norms, rotations, additions) stay on the calling thread. Every output element is
- * computed by exactly one thread with the same arithmetic in the same order, so the logits are
- * bit-identical whatever the number of threads.
+ * by rows of the weight (each thread a contiguous range), attention by heads, and the row
+ * operations (norms, rotations) of a long batch by tokens. Every output element is computed by
+ * exactly one thread with the same arithmetic in the same order, so the logits are bit-identical
+ * whatever the number of threads, and whatever the number of tokens per model_forward call.
  *
  * Architectures are rows of a table (engine/src/arch.c): llama (Llama 2/3, TinyLlama, SmolLM,
  * Mistral) and qwen2. An unknown general.architecture is an error naming it.
@@ -49,6 +53,12 @@ typedef enum kv_type {
 
 typedef struct model_params {
     model_compute compute;
+    /* Where the weights rearranged for the fast kernels (the panel layout of the engine's matrix
+     * products) are kept between loads, as a corral image "repack-<name>-<fingerprint>.gguf"
+     * made on the first load of a file and mapped on every later one, so that loading costs no
+     * rearranging and memory holds one copy of the weights. NULL: rearranged in memory at every
+     * load (fine for small models). Borrowed during model_load only. */
+    const char *cache_dir;
 } model_params;
 
 /* Hyperparameters read from the file (keys `<arch>.*`), with derived values. */
@@ -93,6 +103,14 @@ const gguf_file *model_get_gguf(const model *m);
 
 /* Bytes of tensor data the forward pass reads (all weights). */
 uint64_t model_weight_bytes(const model *m);
+
+/* The name prefix of those images in a cache directory (for image_dir_trim). */
+#define MODEL_REPACK_FILE_PREFIX "repack-"
+
+/* The image in model_params.cache_dir that holds this model's weights in the kernels' layout, or
+ * NULL (no cache directory, nothing to rearrange, or reference mode). Borrowed: valid until
+ * model_destroy. */
+const char *model_repack_path(const model *m);
 
 /* ---- KV cache -------------------------------------------------------------------------------- */
 
