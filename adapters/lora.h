@@ -183,6 +183,9 @@ uint64_t lora_merge_count(void);
 
 /* ---- the cache of merged models -------------------------------------------------------------- */
 
+/* Cached merged models are named LORA_CACHE_FILE_PREFIX<fingerprint>.gguf in the cache directory. */
+#define LORA_CACHE_FILE_PREFIX "lora-"
+
 /* "Give me base X with adapters [(path, scale)...], using cache dir D." */
 typedef struct lora_variant_request {
     const char *base_path;

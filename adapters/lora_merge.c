@@ -37,8 +37,6 @@
  * file (or of the quantizers it calls) changes the bytes of a merged model, so that old cached
  * images become stale instead of being used. */
 #define LORA_MERGE_DOMAIN "corral.lora.merged-model/1"
-/* Cached images are named LORA_CACHE_PREFIX<fingerprint>.gguf. */
-#define LORA_CACHE_PREFIX "lora-"
 /* Columns of a row updated together (4 KiB of floats: stays in L1 with the R rows' slices). */
 #define MERGE_COLS        1024
 
@@ -451,7 +449,7 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
     if (st == CORRAL_OK) st = make_dirs(req->cache_dir, err);
     if (st != CORRAL_OK) return st;
     char name[64];
-    snprintf(name, sizeof name, LORA_CACHE_PREFIX "%s.gguf", out->fingerprint);
+    snprintf(name, sizeof name, LORA_CACHE_FILE_PREFIX "%s.gguf", out->fingerprint);
     int len = snprintf(out->path, sizeof out->path, "%s/%s", req->cache_dir, name);
     if (len < 0 || (size_t)len >= sizeof out->path) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "cache directory %s: path too long",
@@ -489,7 +487,7 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
     out->image_bytes = rep.file_bytes;
     if (req->cache_limit_bytes > 0) {
         corral_error terr;
-        if (image_dir_trim(req->cache_dir, LORA_CACHE_PREFIX, req->cache_limit_bytes, name,
+        if (image_dir_trim(req->cache_dir, LORA_CACHE_FILE_PREFIX, req->cache_limit_bytes, name,
                            &out->trim, &terr) != CORRAL_OK) {
             log_warn("cannot trim the LoRA cache", LOG_STR("dir", req->cache_dir),
                      LOG_STR("detail", terr.message));

@@ -49,6 +49,8 @@ enum {
  * tables): MODEL_HEAP_RESERVE plus a 64th of the file. The accounting then measures the real
  * figure, and the budget is rebalanced right after the load if the guess was short. */
 #define MODEL_HEAP_RESERVE (8ull << 20)
+/* What the daemon keeps in cache.dir, under one budget (cache.limit). */
+#define CACHE_FILE_PREFIXES LORA_CACHE_FILE_PREFIX "|" MODEL_REPACK_FILE_PREFIX
 /* How often a request that waits for memory tries again. */
 #define MEMORY_RETRY_US    50000
 
@@ -515,6 +517,22 @@ static corral_status variant_prepare(sched *s, sched_model *sm, corral_error *er
     return CORRAL_OK;
 }
 
+/* Keep the cache directory (merged variants and rearranged weights, one budget) under
+ * cache.limit, least recently used first; `in_use` (a path in it, or NULL) stays. */
+static void cache_trim(const sched *s, const char *in_use) {
+    if (!in_use || s->config->cache_limit == 0) return;
+    const char *slash = strrchr(in_use, '/');
+    corral_error err;
+    image_trim_report rep;
+    if (image_dir_trim(s->config->cache_dir, CACHE_FILE_PREFIXES, s->config->cache_limit,
+                       slash ? slash + 1 : in_use, &rep, &err) != CORRAL_OK)
+        log_warn("cannot trim the cache directory", LOG_STR("dir", s->config->cache_dir),
+                 LOG_STR("error", err.message));
+    else if (rep.n_removed)
+        log_info("cache directory trimmed", LOG_STR("dir", s->config->cache_dir),
+                 LOG_UINT("removed", rep.n_removed), LOG_F64("mib_removed", rep.bytes_removed / 1048576.0));
+}
+
 static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *load_us,
                                          corral_error *err) {
     if (sm->state == MODEL_RESIDENT) return CORRAL_OK;
@@ -533,7 +551,10 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     }
     /* Everything the model allocates lives in its own arena. */
     const unsigned scope = mem_scope_enter(sm->owner);
-    model *m = model_load(sm->weights_path, NULL, err);
+    /* The weights the kernels want rearranged are mapped from an image in the cache directory
+     * (written on the first load of a file), so a load or swap-in costs no rearranging. */
+    const model_params mp = {.compute = MODEL_COMPUTE_FAST, .cache_dir = s->config->cache_dir};
+    model *m = model_load(sm->weights_path, &mp, err);
     model_runner *r = NULL;
     policy_vocab *pv = NULL;
     uint32_t ctx = 0;
@@ -579,6 +600,7 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     sm->state = MODEL_RESIDENT;
     if (before == MODEL_SWAPPED) sm->swap_ins++;
     sm->load_us = mono_us() - t0;
+    cache_trim(s, model_repack_path(m));
     /* The reservation was a guess: if the model turned out bigger, make room now. */
     corral_error ignored;
     make_room(s, 0, sm, &ignored);

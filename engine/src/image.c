@@ -720,6 +720,18 @@ static int trim_entry_cmp(const void *a, const void *b) {
  * touches its temporary continuously, and none takes an hour. */
 #define TRIM_TEMP_AGE_S 3600
 
+/* The length of the prefix of `prefixes` ('|'-separated) that name starts with and that leaves at
+ * least one more character; 0 when none does. */
+static size_t trim_prefix_match(const char *name, size_t len, const char *prefixes) {
+    for (const char *p = prefixes;;) {
+        const char *bar = strchr(p, '|');
+        const size_t plen = bar ? (size_t)(bar - p) : strlen(p);
+        if (plen > 0 && len > plen && strncmp(name, p, plen) == 0) return plen;
+        if (!bar) return 0;
+        p = bar + 1;
+    }
+}
+
 corral_status image_dir_trim(const char *dir, const char *prefix, uint64_t limit_bytes,
                              const char *keep, image_trim_report *rep, corral_error *err) {
     image_trim_report r = {0};
@@ -735,7 +747,6 @@ corral_status image_dir_trim(const char *dir, const char *prefix, uint64_t limit
     int dfd = dirfd(d);
     trim_entry *entries = NULL;
     size_t n = 0, cap = 0;
-    size_t prefix_len = strlen(prefix);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     corral_status st = CORRAL_OK;
@@ -743,7 +754,8 @@ corral_status image_dir_trim(const char *dir, const char *prefix, uint64_t limit
     while ((de = readdir(d)) != NULL) {
         const char *name = de->d_name;
         size_t len = strlen(name);
-        if (len <= prefix_len || strncmp(name, prefix, prefix_len) != 0) continue;
+        const size_t prefix_len = trim_prefix_match(name, len, prefix);
+        if (prefix_len == 0) continue;
         struct stat sb;
         if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
         if (strstr(name + prefix_len, ".part.") || strstr(name + prefix_len, ".tmp.")) {

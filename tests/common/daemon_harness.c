@@ -59,6 +59,9 @@ int harness_start(harness_daemon *d, const char *config_body, const char *const 
      * tests' daemons through the default /var/tmp/corral. */
     if (!config_body || !strstr(config_body, "memory:"))
         fprintf(fp, "memory: {swap_dir: \"%s/swap\"}\n", d->dir);
+    /* Likewise the cache of merged and rearranged weights. */
+    if (!config_body || !strstr(config_body, "cache:"))
+        fprintf(fp, "cache: {dir: \"%s/cache\"}\n", d->dir);
     if (config_body) fputs(config_body, fp);
     fclose(fp);
 

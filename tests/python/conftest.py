@@ -116,6 +116,9 @@ def running_corrald(body: str = "", extra_args: Sequence[str] = ()) -> Iterator[
             # tests' daemons through the default /var/tmp/corral.
             if not any(line.startswith("memory:") for line in body.splitlines()):
                 f.write(f'memory: {{swap_dir: "{tmp}/swap"}}\n')
+            # Likewise the cache of merged and rearranged weights (cache.dir).
+            if not any(line.startswith("cache:") for line in body.splitlines()):
+                f.write(f'cache: {{dir: "{tmp}/cache"}}\n')
             f.write(body)
         log_path = os.path.join(tmp, "corrald.log")
         with open(log_path, "wb") as log:

@@ -513,11 +513,35 @@ START_TEST(test_trim_lru_by_use_time) {
 }
 END_TEST
 
+START_TEST(test_trim_several_prefixes_share_one_budget) {
+    time_t now = time(NULL);
+    make_aged("lora-a.gguf", 1000, now - 400);
+    make_aged("repack-a.gguf", 1000, now - 300);
+    make_aged("lora-b.gguf", 1000, now - 200);
+    make_aged("repack-b.gguf", 1000, now - 100);
+    make_aged("session-x.gguf", 1000, now - 1000); /* no listed prefix: never a candidate */
+    corral_error err;
+    image_trim_report rep;
+    ck_assert_int_eq(image_dir_trim(tmp_dir, "lora-|repack-", 2000, NULL, &rep, &err), CORRAL_OK);
+    /* The two oldest of either kind go; the other prefix's files are untouched. */
+    ck_assert(!exists("lora-a.gguf"));
+    ck_assert(!exists("repack-a.gguf"));
+    ck_assert(exists("lora-b.gguf"));
+    ck_assert(exists("repack-b.gguf"));
+    ck_assert(exists("session-x.gguf"));
+    ck_assert_uint_eq(rep.n_removed, 2);
+    /* Empty alternatives match nothing. */
+    ck_assert_int_eq(image_dir_trim(tmp_dir, "|", 0, NULL, &rep, &err), CORRAL_OK);
+    ck_assert_uint_eq(rep.n_removed, 0);
+}
+END_TEST
+
 static Suite *image_suite(void) {
     Suite *s = suite_create("image");
     TCase *core = tcase_create("core");
     tcase_add_checked_fixture(core, tmp_setup, tmp_teardown);
     tcase_add_test(core, test_hash64_matches_reference_library);
+    tcase_add_test(core, test_trim_several_prefixes_share_one_budget);
     tcase_add_test(core, test_fingerprint_items_are_delimited);
     tcase_add_test(core, test_fingerprint_of_file_tracks_identity);
     tcase_add_test(core, test_write_open_verify);

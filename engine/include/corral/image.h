@@ -191,7 +191,8 @@ typedef struct image_trim_report {
 } image_trim_report;
 
 /* Keep a directory of images under a size limit, least recently used first out. The candidates
- * are the regular files in dir whose names start with `prefix` and end in ".gguf"; their "last
+ * are the regular files in dir whose names start with `prefix` — or with any of several prefixes
+ * separated by '|' ("lora-|repack-": one budget for both kinds) — and end in ".gguf"; their "last
  * use" is the later of their access and modification times. Image users set the access time
  * explicitly with image_touch on every use, because the kernel's own updates are unreliable (most
  * file systems are mounted relatime or noatime, which skip them); the modification time is left
