@@ -793,7 +793,7 @@ corral_status image_dir_trim(const char *dir, const char *prefix, uint64_t limit
     if (st == CORRAL_OK) {
         uint64_t total = 0;
         for (size_t i = 0; i < n; i++) total += entries[i].bytes;
-        qsort(entries, n, sizeof *entries, trim_entry_cmp);
+        if (n > 1) qsort(entries, n, sizeof *entries, trim_entry_cmp); /* entries is NULL when n == 0 */
         for (size_t i = 0; i < n; i++) {
             bool kept = total <= limit_bytes || (keep && strcmp(entries[i].name, keep) == 0);
             if (!kept) {
