@@ -1,7 +1,7 @@
 /*
  * switch.c — how fast corrald switches between models (tests/bench/switch runs it).
  *
- *   bench_switch A.gguf B.gguf C.gguf [-r RUNS] [-t THREADS]
+ *   bench_switch A.gguf B.gguf C.gguf --cache-dir DIR [-r RUNS] [-t THREADS]
  *
  * Starts a real corrald ($CORRALD) serving the three models under a memory limit that holds two
  * of them, and measures time to first token (request sent → first streamed chunk, one token, a
@@ -13,7 +13,12 @@
  * and the disk's sequential read time of A's file, cold, for comparison. Then the smart-speaker
  * scenario: requests alternating over the three models (two fit), and the latency of the requests
  * that had to bring their model back (p50, p95). Each figure is the median of RUNS (default 5).
+ *
+ * The daemons share the cache directory DIR (cache.dir), as one corrald's successive runs do: the
+ * weights rearranged for the kernels are written there on the very first load (an untimed
+ * warm-up) and mapped by every later one. "Cold" drops those images from the page cache too.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -52,7 +57,21 @@ static void drop_cache(const char *path) {
     close(fd);
 }
 
-/* Seconds... milliseconds to read the whole file sequentially, from a cold cache. */
+/* Drop every file of dir from the page cache. */
+static void drop_dir_cache(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) drop_cache(path);
+    }
+    closedir(d);
+}
+
+/* Milliseconds to read the whole file sequentially, from a cold cache. */
 static double cold_read_ms(const char *path) {
     drop_cache(path);
     int fd = open(path, O_RDONLY);
@@ -105,15 +124,18 @@ static uint64_t file_size(const char *path) {
 
 int main(int argc, char **argv) {
     const char *paths[3] = {0};
+    const char *cache_dir = NULL;
     int n_paths = 0, runs = 5, threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-r") && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) cache_dir = argv[++i];
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (n_paths < 3 && argv[i][0] != '-') paths[n_paths++] = argv[i];
         else n_paths = 99;
     }
-    if (n_paths != 3 || runs < 1 || runs > 100) {
-        fprintf(stderr, "usage: bench_switch A.gguf B.gguf C.gguf [-r RUNS] [-t THREADS]\n");
+    if (n_paths != 3 || !cache_dir || runs < 1 || runs > 100) {
+        fprintf(stderr, "usage: bench_switch A.gguf B.gguf C.gguf --cache-dir DIR [-r RUNS] "
+                        "[-t THREADS]\n");
         return 2;
     }
     char abs[3][4096];
@@ -127,14 +149,27 @@ int main(int argc, char **argv) {
     char body[16384];
     snprintf(body, sizeof body,
              "threads: %d\nmemory: {limit: %llu, high_watermark: 0.95, low_watermark: 0.9}\n"
+             "cache: {dir: \"%s\"}\n"
              "models:\n  - name: A\n    path: %s\n  - name: B\n    path: %s\n"
              "  - name: C\n    path: %s\n",
-             threads, (unsigned long long)limit, abs[0], abs[1], abs[2]);
+             threads, (unsigned long long)limit, cache_dir, abs[0], abs[1], abs[2]);
 
     double scratch[100], resident[100], warm[100], cold[100], disk[100];
     corral_error err;
+    {
+        /* Warm-up, untimed: the first load of each file writes its image to the cache. */
+        harness_daemon d;
+        if (harness_start(&d, body, NULL, 600000) != 0) return 1;
+        corral_client *c = corral_client_new(d.endpoint, &err);
+        ttft(c, "A");
+        ttft(c, "B");
+        ttft(c, "C");
+        corral_client_destroy(&c);
+        harness_stop(&d, SIGTERM, 10000);
+    }
     for (int r = 0; r < runs; r++) {
         for (int i = 0; i < 3; i++) drop_cache(abs[i]);
+        drop_dir_cache(cache_dir);
         harness_daemon d;
         if (harness_start(&d, body, NULL, 60000) != 0) return 1;
         corral_client *c = corral_client_new(d.endpoint, &err);
@@ -146,6 +181,7 @@ int main(int argc, char **argv) {
         ttft(c, "B");
         ttft(c, "C");
         drop_cache(abs[0]);
+        drop_dir_cache(cache_dir);
         cold[r] = ttft(c, "A");
         corral_client_destroy(&c);
         harness_stop(&d, SIGTERM, 10000);
