@@ -377,7 +377,7 @@ static const cfg_option root_options[] = {
      .offset = offsetof(cfg, cache_dir),
      .default_value = "/var/tmp/corral/cache",
      NO_HAS,
-     .doc = "where merged (LoRA) weights are kept between loads"},
+     .doc = "where merged (LoRA) variants and weights rearranged for the kernels are kept"},
     {.path = "cache.limit",
      .type = CFG_TYPE_BYTES,
      .offset = offsetof(cfg, cache_limit),
