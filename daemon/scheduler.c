@@ -304,10 +304,14 @@ static sched_model *model_find(sched *s, const char *name) {
  * a KV cache — make_room() checks the total: under high_watermark x limit nothing happens; above
  * it, idle state is evicted in the policy's order (memory.policy) until the total fits under
  * low_watermark x limit, so that the next requests find room without evicting again. Idle
- * sessions' caches go to the swap directory; idle models are unmapped (their sessions' caches
- * written out first). Pinned models and anything a request is using are never candidates. If the
- * state still does not fit under the limit, the request waits (its deadline, else
- * limits.memory_wait_ms) and then fails with RESOURCE_EXHAUSTED naming what holds the memory. */
+ * sessions' caches go to the swap directory; idle models are swapped out (their sessions' caches
+ * written out first): the weights are unmapped, and what is small but slow to rebuild — the
+ * tokenizer, the runner's scratch, the policy vocabulary, a few MiB that stay charged to the model
+ * — is kept, so that a swap-in only maps the weights again (model_weights_restore). When evicting
+ * every resident model is not enough, those kept parts go too, least recently used first. Pinned
+ * models and anything a request is using are never candidates. If the state still does not fit
+ * under the limit, the request waits (its deadline, else limits.memory_wait_ms) and then fails
+ * with RESOURCE_EXHAUSTED naming what holds the memory. */
 
 static uint64_t model_bytes(const sched_model *sm) {
     return sm->owner ? mem_owner_bytes(sm->owner) : 0;
@@ -386,16 +390,32 @@ static void session_swap_out(sched *s, sched_session *ss) {
     model_kv_free(ss->model, &ss->kv);
 }
 
-/* Release a resident model: its sessions' caches go to disk, its weights are unmapped, its arena
- * destroyed. `state` is what it becomes: SWAPPED (evicted to make room, comes back on demand) or
- * UNLOADED (asked for, or its ttl passed). The caller made sure no request uses it. */
-static void model_release(sched *s, sched_model *sm, int state) {
-    for (sched_session *ss = s->sessions; ss; ss = ss->next)
-        if (ss->model == sm) session_swap_out(s, ss);
+/* Free everything a model holds: runner, vocabulary, model, arena. */
+static void model_drop(sched_model *sm) {
     model_runner_destroy(&sm->runner);
     policy_vocab_destroy(&sm->pv);
     model_destroy(&sm->m);
     mem_owner_destroy(&sm->owner);
+}
+
+/* Whether a swapped-out model kept its tokenizer, runner and vocabulary (see above). */
+static bool model_kept(const sched_model *sm) {
+    return sm->state == MODEL_SWAPPED && sm->m != NULL;
+}
+
+/* Release a resident model: its sessions' caches go to disk, its weights are unmapped. `state` is
+ * what it becomes: SWAPPED (evicted to make room, comes back on demand: the rest is kept) or
+ * UNLOADED (asked for, or its ttl passed: everything is freed, its arena destroyed). Also frees
+ * what a SWAPPED model kept. The caller made sure no request uses it. */
+static void model_release(sched *s, sched_model *sm, int state) {
+    for (sched_session *ss = s->sessions; ss; ss = ss->next)
+        if (ss->model == sm) session_swap_out(s, ss);
+    if (state == MODEL_SWAPPED && sm->state == MODEL_RESIDENT) {
+        model_weights_release(sm->m);
+        mem_owner_set_mapped(sm->owner, 0);
+    } else {
+        model_drop(sm);
+    }
     if (sm->state == MODEL_RESIDENT) {
         if (state == MODEL_SWAPPED) sm->swap_outs++;
         log_info(state == MODEL_SWAPPED ? "model swapped out" : "model unloaded",
@@ -455,8 +475,19 @@ static corral_status make_room(sched *s, uint64_t need, const sched_model *prote
                                            .reload_bytes = mem_owner_mapped_bytes(sm->owner),
                                            .rebuild_us = (uint64_t)sm->merge_us,
                                            .user = sm};
-        const int k = evict_pick(s->policy, c, n, unix_ms());
-        if (k < 0) break;
+        int k = evict_pick(s->policy, c, n, unix_ms());
+        if (k < 0) {
+            /* Nothing resident is left to evict: what swapped-out models kept, oldest first. */
+            sched_model *oldest = NULL;
+            for (sched_model *sm = s->models; sm; sm = sm->next)
+                if (model_kept(sm) && sm != protect &&
+                    (!oldest || sm->last_used_ms < oldest->last_used_ms))
+                    oldest = sm;
+            if (!oldest) break;
+            model_drop(oldest);
+            total = total_bytes(s);
+            continue;
+        }
         if (c[k].kind == EVICT_KIND_SESSION)
             session_swap_out(s, c[k].user);
         else
@@ -533,22 +564,12 @@ static void cache_trim(const sched *s, const char *in_use) {
                  LOG_UINT("removed", rep.n_removed), LOG_F64("mib_removed", rep.bytes_removed / 1048576.0));
 }
 
-static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *load_us,
-                                         corral_error *err) {
-    if (sm->state == MODEL_RESIDENT) return CORRAL_OK;
-    const uint64_t file = file_bytes(sm->cfg->path);
-    const uint64_t need = file + MODEL_HEAP_RESERVE + file / 64;
-    corral_status st = make_room(s, need, sm, err);
-    if (st != CORRAL_OK) return st;
-    const int64_t t0 = mono_us();
-    if ((st = variant_prepare(s, sm, err)) != CORRAL_OK) return st;
-    const int before = sm->state;
-    sm->state = MODEL_LOADING;
+/* Load sm from scratch (its weights_path): model, runner, vocabulary, in an arena of its own. On
+ * success the model is resident. */
+static corral_status model_load_fresh(sched *s, sched_model *sm, corral_error *err) {
     sm->owner = mem_owner_new();
-    if (!sm->owner) {
-        sm->state = before;
+    if (!sm->owner)
         return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "model '%s': no memory owner", sm->name);
-    }
     /* Everything the model allocates lives in its own arena. */
     const unsigned scope = mem_scope_enter(sm->owner);
     /* The weights the kernels want rearranged are mapped from an image in the cache directory
@@ -587,7 +608,6 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
         model_destroy(&m);
         mem_scope_leave(scope);
         mem_owner_destroy(&sm->owner);
-        sm->state = before;
         return err->status;
     }
     mem_scope_leave(scope);
@@ -597,19 +617,62 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     sm->pv = pv;
     sm->context = ctx;
     sm->tmpl = tmpl;
+    return CORRAL_OK;
+}
+
+/* Map a swapped-out model's weights back under what it kept (model_weights_restore): only when
+ * they are still at the path it had (a variant's image still valid) and the file is unchanged.
+ * false otherwise, with what was kept left for the caller to drop. */
+static bool model_restore(sched_model *sm) {
+    if (strcmp(gguf_path(model_get_gguf(sm->m)), sm->weights_path) != 0) return false;
+    corral_error err;
+    const unsigned scope = mem_scope_enter(sm->owner);
+    const corral_status st = model_weights_restore(sm->m, &err);
+    mem_scope_leave(scope);
+    if (st != CORRAL_OK) {
+        log_warn("swapped-out model cannot be restored; loading it again",
+                 LOG_STR("model", sm->name), LOG_STR("reason", err.message));
+        return false;
+    }
+    mem_owner_set_mapped(sm->owner, gguf_file_size(model_get_gguf(sm->m)));
+    return true;
+}
+
+static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *load_us,
+                                         corral_error *err) {
+    if (sm->state == MODEL_RESIDENT) return CORRAL_OK;
+    const uint64_t file = file_bytes(sm->cfg->path);
+    /* A swapped-out model that kept its heap only needs room for its weights again. */
+    const uint64_t need = model_kept(sm) ? file : file + MODEL_HEAP_RESERVE + file / 64;
+    corral_status st = make_room(s, need, sm, err);
+    if (st != CORRAL_OK) return st;
+    const int64_t t0 = mono_us();
+    if ((st = variant_prepare(s, sm, err)) != CORRAL_OK) return st;
+    const int before = sm->state;
+    sm->state = MODEL_LOADING;
+    bool restored = false;
+    if (before == MODEL_SWAPPED && sm->m) {
+        restored = model_restore(sm);
+        if (!restored) model_drop(sm);
+    }
+    if (!restored && (st = model_load_fresh(s, sm, err)) != CORRAL_OK) {
+        sm->state = before;
+        return st;
+    }
     sm->state = MODEL_RESIDENT;
     if (before == MODEL_SWAPPED) sm->swap_ins++;
     sm->load_us = mono_us() - t0;
-    cache_trim(s, model_repack_path(m));
+    cache_trim(s, model_repack_path(sm->m));
     /* The reservation was a guess: if the model turned out bigger, make room now. */
     corral_error ignored;
     make_room(s, 0, sm, &ignored);
     if (load_us) *load_us = sm->load_us;
     log_info(before == MODEL_SWAPPED ? "model swapped in" : "model loaded",
              LOG_STR("model", sm->name), LOG_STR("path", sm->weights_path),
-             LOG_STR("arch", model_get_hparams(m)->arch), LOG_UINT("context", ctx),
-             LOG_STR("template", chat_template_name(tmpl)), LOG_F64("ms", sm->load_us / 1000.0),
-             LOG_UINT("bytes", model_bytes(sm)));
+             LOG_STR("arch", model_get_hparams(sm->m)->arch), LOG_UINT("context", sm->context),
+             LOG_STR("template", chat_template_name(sm->tmpl)),
+             LOG_STR("how", restored ? "weights mapped again" : "loaded from the file"),
+             LOG_F64("ms", sm->load_us / 1000.0), LOG_UINT("bytes", model_bytes(sm)));
     return CORRAL_OK;
 }
 
@@ -619,6 +682,7 @@ static void models_sync(sched *s, cfg *c) {
         const cfg_model *entry = cfg_find_model(c, sm->name);
         if (!entry) {
             sm->removed = true;
+            if (model_kept(sm)) model_drop(sm);
             continue;
         }
         bool adapters_changed = sm->cfg && sm->cfg->n_adapters != entry->n_adapters;
@@ -630,8 +694,11 @@ static void models_sync(sched *s, cfg *c) {
              sm->cfg->context != entry->context ||
              sm->cfg->kv_f32 != entry->kv_f32 ||
              (sm->cfg->chat_template == NULL) != (entry->chat_template == NULL) ||
-             (entry->chat_template && strcmp(sm->cfg->chat_template, entry->chat_template) != 0)))
+             (entry->chat_template && strcmp(sm->cfg->chat_template, entry->chat_template) != 0))) {
             sm->reload_pending = sm->state == MODEL_RESIDENT;
+            /* Kept parts of a swapped-out model were made under the old entry. */
+            if (model_kept(sm)) model_drop(sm);
+        }
         sm->cfg = entry;
         sm->removed = false;
         if (entry->pin) sm->pinned = true;
@@ -1724,6 +1791,10 @@ static void *sched_main(void *arg) {
         sessions_expire(s);
         const int64_t now_ms = unix_ms();
         for (sched_model *sm = s->models; sm; sm = sm->next) {
+            /* A swapped-out model past its keep-alive gives back what it kept, too. */
+            if (model_kept(sm) && sm->cfg->ttl_ms && !sm->pinned &&
+                now_ms - sm->last_used_ms > sm->cfg->ttl_ms)
+                model_drop(sm);
             if (sm->state != MODEL_RESIDENT || model_busy(s, sm)) continue;
             /* Gone from the config or changed: unload now that it is idle. */
             if (sm->removed || sm->reload_pending) model_release(s, sm, MODEL_UNLOADED);

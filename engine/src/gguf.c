@@ -764,6 +764,11 @@ const void *gguf_file_data(const gguf_file *f) {
     return f->base;
 }
 
+void gguf_release_pages(const gguf_file *f) {
+    /* The mapping starts on a page boundary (mmap's result) and is read-only: no data is lost. */
+    if (f && f->mapped && f->size > 0) madvise((void *)f->base, (size_t)f->size, MADV_DONTNEED);
+}
+
 uint64_t gguf_data_offset(const gguf_file *f) {
     return f->data_offset;
 }

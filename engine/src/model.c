@@ -194,6 +194,7 @@ static corral_status bind_tensor(struct model *m, const arch_tensor *at, uint32_
                                 "tensor %s has type %s, which corral cannot compute with", name,
                                 tensor_type_name(t->type));
     w->data = t->data;
+    w->file_data = t->data;
     w->type = t->type;
     w->n_in = t->ne[0];
     w->n_out = t->ne[1];
@@ -236,6 +237,16 @@ static corral_status model_bind_weights(struct model *m, corral_error *err) {
     return CORRAL_OK;
 }
 
+/* The identity of the file at path as it is now (image_fingerprint_add_file: path, size,
+ * modification time, the bytes at both ends) as hex. */
+static corral_status file_identity(const char *path, char *hex, corral_error *err) {
+    image_fingerprint fp;
+    image_fingerprint_init(&fp, "corral-model-file-1");
+    corral_status st = image_fingerprint_add_file(&fp, path, err);
+    if (st == CORRAL_OK) image_fingerprint_hex(&fp, hex);
+    return st;
+}
+
 model *model_load(const char *path, const model_params *params, corral_error *err) {
     struct model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -245,6 +256,8 @@ model *model_load(const char *path, const model_params *params, corral_error *er
     m->params = params ? *params : model_params_default();
     /* A CORRAL_CPU that names no runnable kernel path stops every load, with its message. */
     if (!kernels_get(err)) goto fail;
+    /* Before the mapping: a file replaced in between then reads as changed at a restore. */
+    if (file_identity(path, m->file_fingerprint, err) != CORRAL_OK) goto fail;
     m->file = gguf_open(path, err);
     if (!m->file) goto fail;
 
@@ -293,6 +306,33 @@ void model_destroy(model **pm) {
     gguf_destroy(&m->file);
     free(m);
     *pm = NULL;
+}
+
+void model_weights_release(model *m) {
+    if (!m || m->released) return;
+    model__unpack(m);
+    gguf_release_pages(m->file);
+    m->released = 1;
+    log_debug("model weights released", LOG_STR("path", gguf_path(m->file)));
+}
+
+corral_status model_weights_restore(model *m, corral_error *err) {
+    if (!m->released) return CORRAL_OK;
+    char now[IMAGE_FINGERPRINT_CHARS + 1];
+    corral_status st = file_identity(gguf_path(m->file), now, err);
+    if (st != CORRAL_OK) return st;
+    if (strcmp(now, m->file_fingerprint) != 0)
+        return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
+                                "%s changed on disk since the model was loaded; load it again",
+                                gguf_path(m->file));
+    st = model__repack(m, err);
+    if (st != CORRAL_OK) return corral_error_prefix(err, "%s", gguf_path(m->file));
+    m->released = 0;
+    return CORRAL_OK;
+}
+
+int model_weights_resident(const model *m) {
+    return !m->released;
 }
 
 const model_hparams *model_get_hparams(const model *m) {
@@ -529,6 +569,9 @@ corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens
     if (kv->m != m)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "the KV cache belongs to another model");
+    if (m->released)
+        return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
+                                "the model's weights are released (model_weights_restore first)");
     if (n_tokens == 0) return CORRAL_OK;
     if ((uint64_t)kv->n_pos + n_tokens > kv->n_ctx)
         return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,

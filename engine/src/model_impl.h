@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "arch.h"
+#include "corral/image.h"
 #include "corral/model.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
@@ -17,6 +18,7 @@
 typedef struct model_weight {
     const void *data; /* into the file mapping (or the repacked copy); NULL when the (optional)
                          tensor is absent */
+    const void *file_data; /* into the file mapping, always (data before any repacking) */
     uint32_t type;
     int64_t n_in;     /* ne[0]: elements per row */
     int64_t n_out;    /* ne[1]: rows (1 for vectors) */
@@ -40,6 +42,12 @@ struct model {
     /* The weights in panel layout (model_repack.c): a mapped image in the cache directory, or
      * memory of our own when there is no cache directory; NULL when nothing was repacked. */
     struct model_packed *packed;
+    /* model_weights_release: the weights are not in memory (packed is NULL, data points into the
+     * file mapping, whose pages were given back) until model_weights_restore. */
+    int released;
+    /* The file's identity at load (image_fingerprint_add_file): a restore checks the file is
+     * still the one the model was parsed from. */
+    char file_fingerprint[IMAGE_FINGERPRINT_CHARS + 1];
 };
 
 /* The weight of a per-layer role in layer il. */
@@ -106,6 +114,10 @@ struct model_runner {
 /* Put the weights the path has panel kernels for into panel layout (model_repack.c); a no-op in
  * reference mode. CORRAL_OUT_OF_MEMORY with err set when the copy cannot be made. */
 corral_status model__repack(struct model *m, corral_error *err);
+
+/* Point every repacked weight back at the file's copy and free or unmap the panels (the inverse
+ * of model__repack; model_weights_release). */
+void model__unpack(struct model *m);
 
 /* Map the file pages of [p, p + n) into the process now (MADV_POPULATE_READ where the kernel has
  * it; otherwise nothing): weights about to be read in full (model_repack.c). */

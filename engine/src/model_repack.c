@@ -348,6 +348,16 @@ corral_status model__repack(struct model *m, corral_error *err) {
     return CORRAL_OK;
 }
 
+void model__unpack(struct model *m) {
+    if (!m->packed) return;
+    for (size_t i = 0; i < model_n_slots(m); i++) {
+        model_weight *w = model_slot(m, i);
+        w->data = w->file_data;
+        w->panels = 0;
+    }
+    model__packed_destroy(&m->packed);
+}
+
 void model__packed_destroy(struct model_packed **p) {
     if (!p || !*p) return;
     free((*p)->mem);

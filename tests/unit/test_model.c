@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include "corral/gguf.h"
 #include "corral/model.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
@@ -746,6 +747,125 @@ START_TEST(test_repacked_weights_cache_k_quants) {
 }
 END_TEST
 
+/* ---- weights released and restored (swap) ---------------------------------------------------- */
+
+/* Resident kB of this process's mapping that contains addr (/proc/self/smaps), or -1. */
+static long mapping_rss_kb(const void *addr) {
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    ck_assert_ptr_nonnull(fp);
+    char line[512];
+    int inside = 0;
+    long rss = -1;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+            continue;
+        }
+        long kb;
+        if (inside && sscanf(line, "Rss: %ld kB", &kb) == 1) {
+            rss = kb;
+            break;
+        }
+    }
+    fclose(fp);
+    return rss;
+}
+
+static void encode(const model *m, int32_t *ids, size_t *n) {
+    const char *text = "Once upon a time, a little girl";
+    corral_error err;
+    ck_assert_int_eq(tok_encode(model_get_tokenizer(m), text, strlen(text), TOK_ADD_SPECIAL, ids,
+                                *n, n, &err),
+                     CORRAL_OK);
+}
+
+/* Release the weights of a model that has run, and bring them back: the file's pages leave the
+ * process, the runner and KV cache survive, forward refuses in between, and after the restore the
+ * same weights (the same cached image) give bit-identical logits; a file changed meanwhile makes
+ * the restore fail and leaves the model released. With cache_dir NULL the panels live in memory
+ * and are made again at the restore. */
+static void check_release_restore(const char *model_rel, const char *cache_sub) {
+    char path[400], cache[400];
+    snprintf(path, sizeof path, "%s/model.gguf", tmp_dir);
+    snprintf(cache, sizeof cache, "%s/%s", tmp_dir, cache_sub ? cache_sub : "");
+    copy_file(test_shared_path(model_rel), path);
+    model_params mp = model_params_default();
+    mp.cache_dir = cache_sub ? cache : NULL;
+    corral_error err;
+    model *m = model_load(path, &mp, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    char image[4096];
+    snprintf(image, sizeof image, "%s", model_repack_path(m) ? model_repack_path(m) : "");
+    const uint32_t n_vocab = model_get_hparams(m)->n_vocab;
+    kv_cache *kv = kv_cache_new(m, 16, KV_TYPE_F32, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
+    ck_assert_ptr_nonnull(kv);
+    ck_assert_ptr_nonnull(r);
+    const int32_t ids[8] = {1, 7, 99, 3, 250, 12, 41, 8};
+    float *want = malloc(8 * n_vocab * sizeof(float)), *got = malloc(8 * n_vocab * sizeof(float));
+    ck_assert_int_eq(model_forward(r, kv, ids, 8, MODEL_LOGITS_ALL, want, &err), CORRAL_OK);
+    int32_t tok_before[64], tok_after[64];
+    size_t n_before = 64, n_after = 64;
+    encode(m, tok_before, &n_before);
+    const void *file_map = gguf_file_data(model_get_gguf(m));
+    ck_assert_int_gt(mapping_rss_kb(file_map), 0);
+
+    model_weights_release(m);
+    model_weights_release(m); /* idempotent */
+    ck_assert_int_eq(model_weights_resident(m), 0);
+    ck_assert_int_eq(mapping_rss_kb(file_map), 0);
+    ck_assert_ptr_null(model_repack_path(m));
+    kv_cache_truncate(kv, 0);
+    ck_assert_int_eq(model_forward(r, kv, ids, 8, MODEL_LOGITS_ALL, got, &err),
+                     CORRAL_FAILED_PRECONDITION);
+    ck_assert_uint_eq(kv_cache_n_pos(kv), 0);
+    /* The tokenizer works on, its strings faulted back in from the file. */
+    encode(m, tok_after, &n_after);
+    ck_assert_uint_eq(n_after, n_before);
+    ck_assert(memcmp(tok_after, tok_before, n_before * sizeof(int32_t)) == 0);
+
+    ck_assert_msg(model_weights_restore(m, &err) == CORRAL_OK, "%s", err.message);
+    ck_assert_int_eq(model_weights_resident(m), 1);
+    ck_assert_str_eq(model_repack_path(m) ? model_repack_path(m) : "", image);
+    ck_assert_int_eq(model_forward(r, kv, ids, 8, MODEL_LOGITS_ALL, got, &err), CORRAL_OK);
+    ck_assert(memcmp(got, want, 8 * n_vocab * sizeof(float)) == 0);
+    ck_assert_int_eq(model_weights_restore(m, &err), CORRAL_OK); /* nothing to do */
+
+    /* The file changes while the weights are out: the restore refuses, naming it. */
+    model_weights_release(m);
+    struct timespec times[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, times, 0), 0);
+    ck_assert_int_eq(model_weights_restore(m, &err), CORRAL_FAILED_PRECONDITION);
+    ck_assert_msg(strstr(err.message, path) && strstr(err.message, "changed on disk"), "%s",
+                  err.message);
+    ck_assert_int_eq(model_weights_resident(m), 0);
+    kv_cache_truncate(kv, 0);
+    ck_assert_int_eq(model_forward(r, kv, ids, 8, MODEL_LOGITS_ALL, got, &err),
+                     CORRAL_FAILED_PRECONDITION);
+    /* A released model is destroyed like any other. */
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    model_destroy(&m);
+    free(want);
+    free(got);
+}
+
+START_TEST(test_release_restore_cached_image) {
+    check_release_restore("models/stories260K-q4_0.gguf", "cache");
+}
+END_TEST
+
+START_TEST(test_release_restore_in_memory) {
+    check_release_restore("models/stories260K-q8_0.gguf", NULL);
+}
+END_TEST
+
+START_TEST(test_release_restore_file_layout) {
+    check_release_restore("models/stories260K.gguf", "cache"); /* F32: read from the file */
+}
+END_TEST
+
 static Suite *model_suite(void) {
     Suite *s = suite_create("model");
     TCase *core = tcase_create("core");
@@ -775,6 +895,9 @@ static Suite *model_suite(void) {
     tcase_add_checked_fixture(cache, tmp_setup, tmp_teardown);
     tcase_add_test(cache, test_repacked_weights_cache);
     tcase_add_test(cache, test_repacked_weights_cache_k_quants);
+    tcase_add_test(cache, test_release_restore_cached_image);
+    tcase_add_test(cache, test_release_restore_in_memory);
+    tcase_add_test(cache, test_release_restore_file_layout);
     suite_add_tcase(s, cache);
     return s;
 }

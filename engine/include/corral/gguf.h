@@ -86,6 +86,11 @@ uint32_t gguf_alignment(const gguf_file *f);
 const char *gguf_path(const gguf_file *f);   /* the path or name given at open */
 uint64_t gguf_file_size(const gguf_file *f); /* bytes of the whole file */
 const void *gguf_file_data(const gguf_file *f);   /* start of the mapping */
+
+/* Drop a mapped file's pages from the process (madvise DONTNEED): its resident memory falls to
+ * nothing and the pages come back from the page cache (or the disk) by faults on the next access.
+ * Nothing for a file parsed from a caller's buffer. */
+void gguf_release_pages(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f);    /* file offset of the data section */
 
 /* ---- metadata ------------------------------------------------------------------------------- */

@@ -96,6 +96,24 @@ model *model_load(const char *path, const model_params *params, corral_error *er
  * model_runner made for it must be destroyed first. */
 void model_destroy(model **m);
 
+/* Swapping the weights out and back in, for a supervisor under a memory budget (corrald).
+ *
+ * model_weights_release gives the weights' memory back: the image of rearranged weights is
+ * unmapped (or the in-memory copy freed) and the model file's pages are dropped from the process
+ * (madvise DONTNEED: they stay in the page cache, and come back by faults). What is small but
+ * costly to rebuild stays: hyperparameters, metadata, the tokenizer (its strings fault back in from
+ * the file when used). Runners and KV caches made for the model stay valid; model_forward fails
+ * with CORRAL_FAILED_PRECONDITION until the restore. Idempotent.
+ *
+ * model_weights_restore binds the weights again as model_load does (mapping the cached image,
+ * prefetched). It first checks that the file is the one the model was loaded from (path, size,
+ * modification time, the bytes at both ends): CORRAL_FAILED_PRECONDITION when it changed (load the
+ * model anew), other errors as model_load's; the model stays released on any error.
+ * model_weights_resident: 0 between a release and a successful restore, else 1. */
+void model_weights_release(model *m);
+corral_status model_weights_restore(model *m, corral_error *err);
+int model_weights_resident(const model *m);
+
 /* Borrowed: valid until model_destroy. */
 const model_hparams *model_get_hparams(const model *m);
 const tokenizer *model_get_tokenizer(const model *m);
