@@ -52,11 +52,11 @@ static int act_is_quantized(const struct model_runner *r, const float *x, int64_
     return c->src == x && c->epoch == r->epoch && c->n_tok == n_tok && c->n_in == n_in;
 }
 
-/* Quantize activation rows [i0, i1) of x[][n_in] into r->act_q[t], on thread ith. What the panel
+/* Quantize activation rows [i0, i1) of x[][n_in] into r->act_q[t]. What the panel
  * kernels take besides comes with them: Q8_0 rows' side data (kernel_act_aux), F16 rows widened
- * to double (through thread ith's float scratch). */
+ * to float. */
 static void act_quantize_rows(struct model_runner *r, const float *x, int64_t i0, int64_t i1,
-                              int64_t n_in, tensor_type t, uint32_t ith) {
+                              int64_t n_in, tensor_type t) {
     const tensor_from_float_fn quantize = r->ops->type[t].from_float;
     const size_t row = tensor_row_size(t, n_in);
     for (int64_t i = i0; i < i1; i++) {
@@ -64,12 +64,8 @@ static void act_quantize_rows(struct model_runner *r, const float *x, int64_t i0
         quantize(x + i * n_in, q, n_in);
         if (t == TENSOR_TYPE_Q8_0 && r->act_aux)
             kernels_act_aux(q, n_in, r->act_aux + i * (n_in / QK8_0));
-        if (t == TENSOR_TYPE_F16 && r->act_f64) {
-            float *f = r->row_f32 + (size_t)ith * r->max_in;
-            double *d = r->act_f64 + i * n_in;
-            r->ops->type[TENSOR_TYPE_F16].to_float(q, f, n_in);
-            for (int64_t j = 0; j < n_in; j++) d[j] = f[j];
-        }
+        if (t == TENSOR_TYPE_F16 && r->act_f16_f32)
+            r->ops->type[TENSOR_TYPE_F16].to_float(q, r->act_f16_f32 + i * n_in, n_in);
     }
 }
 
@@ -107,7 +103,7 @@ typedef struct matmul_job {
     tensor_type vt;     /* the weight's partner type (FAST mode) */
     const void *xq;     /* x in vt's layout (FAST mode) */
     size_t xq_row;      /* bytes per token of xq */
-    const void *py;     /* what the panel kernel takes for x: xq, or for F16 x as doubles */
+    const void *py;     /* what the panel kernel takes for x: xq, or for F16 x widened to floats */
     size_t py_row;      /* bytes per token of py */
     int64_t n_units;    /* ceil(n_out / KERNEL_PANEL_ROWS) */
     int64_t first_unit; /* units of the jobs before this one */
@@ -185,7 +181,7 @@ typedef struct quantize_task {
 static void quantize_thread(void *arg, uint32_t ith, uint32_t nth) {
     const quantize_task *q = arg;
     act_quantize_rows(q->r, q->x, split_begin(q->n_tok, ith, nth),
-                      split_begin(q->n_tok, ith + 1, nth), q->n_in, q->vt, ith);
+                      split_begin(q->n_tok, ith + 1, nth), q->n_in, q->vt);
 }
 
 static void matmul_thread(void *arg, uint32_t ith, uint32_t nth) {
@@ -211,8 +207,8 @@ static void matmul_prepare(struct model_runner *r, matmul_task *task, matmul_job
     job->py = job->xq;
     job->py_row = job->xq_row;
     if (w->panels && w->type == TENSOR_TYPE_F16) {
-        job->py = r->act_f64;
-        job->py_row = (size_t)w->n_in * sizeof(double);
+        job->py = r->act_f16_f32;
+        job->py_row = (size_t)w->n_in * sizeof(float);
     }
     if (job->vt == TENSOR_TYPE_F32 || act_is_quantized(r, task->x, task->n_tok, w->n_in, job->vt))
         return;
@@ -221,7 +217,7 @@ static void matmul_prepare(struct model_runner *r, matmul_task *task, matmul_job
             .r = r, .x = task->x, .n_tok = task->n_tok, .n_in = w->n_in, .vt = job->vt};
         threadpool_run_slices(r->pool, quantize_thread, &q);
     } else {
-        act_quantize_rows(r, task->x, 0, task->n_tok, w->n_in, job->vt, 0);
+        act_quantize_rows(r, task->x, 0, task->n_tok, w->n_in, job->vt);
     }
     r->act_cached[job->vt] =
         (act_cache_entry){.src = task->x, .epoch = r->epoch, .n_tok = task->n_tok, .n_in = w->n_in};

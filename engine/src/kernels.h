@@ -31,6 +31,8 @@
  *   - quantized dot products: the integer block sums are exact; only the float accumulation of
  *     the scaled block sums is ordered differently (float rounding of the final sum)
  *   - F32/F16/BF16 dot products: the same float products, summed in double in another order
+ *   - F16 panel products: summed in float with FMA (the twin: in double), within a bound that
+ *     grows with the row length (F16_PANEL_REL_ERR)
  *   - attention dots: float sums in another order; attention accumulation: bit-identical
  *   - rms_norm: the same double sum of squares in another order; swiglu/softmax: a vector exp
  *     within a few ulp of libm's expf
@@ -82,9 +84,12 @@ typedef enum kernel_path {
  * bit-identical to the scalar reference, for any number of activation rows, any split of rows
  * among threads and any path; the tests compare them with memcmp.
  *
- * F16 panels hold one element per block (2-byte units), and their activations come widened to
- * double: the product of two halves is exact in float and in double, and the scalar twin adds
- * the products in double in element order, which lane r does with one FMA per element.
+ * F16 panels hold one element per block (2-byte units), and their activations come as floats (the
+ * F16-rounded activations, widened once per batch). They are the exception to bit-identity: lane
+ * r adds w * y with one float FMA per element, in a few interleaved partial sums, where the twin
+ * adds exact products in double. Double sums ran at half the width and kept prefill compute-bound
+ * at 0.4x llama.cpp. The difference is a float summation error: at most (n_in + 4) * 2^-24 of
+ * sum(|w * y|) (the standard bound for n_in additions; F16_PANEL_REL_ERR in test_kernels.c).
  *
  * Codes and offsets. Weight codes enter the unsigned side of the byte product: Q4_0 as q in
  * 0..15 for the value q - 8, Q8_0 as w + 128 (VNNI) for w, Q6_K as q in 0..63 for q - 32. The
@@ -106,9 +111,9 @@ typedef struct kernel_act_aux {
 /* The products of one panel with n_tok activation rows: out[t * out_stride + r] = W[r] . y[t]
  * for r < KERNEL_PANEL_ROWS, t < n_tok. `panel` is one panel of a weight with n_in elements per
  * row; activation row t is at y + t * y_stride (bytes) in the type's vec_dot_type, except for F16
- * weights: n_in doubles, the F16 activations widened; for types whose activations are Q8_0,
+ * weights: n_in floats, the F16 activations widened; for types whose activations are Q8_0,
  * aux + t * aux_stride holds its n_in / 32 kernel_act_aux entries (kernels_act_aux), for the
- * others aux is unused. Bit-identical with the scalar vec_dot. */
+ * others aux is unused. Bit-identical with the scalar vec_dot (F16: within F16_PANEL_REL_ERR). */
 typedef void (*kernel_panel_dot_fn)(int64_t n_in, const void *restrict panel, const void *y,
                                     size_t y_stride, const kernel_act_aux *aux, size_t aux_stride,
                                     int64_t n_tok, float *restrict out, size_t out_stride);

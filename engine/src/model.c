@@ -529,7 +529,7 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
         if (w->panels && w->type == TENSOR_TYPE_F16) f16_panels = 1;
     }
     if (ok && max_row > 0) ok = (r->row_q = malloc(max_row)) != NULL;
-    if (ok && f16_panels) ok = (r->act_f64 = malloc(B * max_in * sizeof(double))) != NULL;
+    if (ok && f16_panels) ok = (r->act_f16_f32 = malloc(B * max_in * sizeof(float))) != NULL;
     if (!ok) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot allocate scratch for %u tokens",
                          max_batch);
@@ -546,7 +546,7 @@ void model_runner_destroy(model_runner **pr) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int t = 0; t < TENSOR_TYPE_COUNT; t++) free(r->act_q[t]);
     free(r->act_aux);
-    free(r->act_f64);
+    free(r->act_f16_f32);
     free(r->row_q);
     free(r);
     *pr = NULL;

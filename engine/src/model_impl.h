@@ -105,9 +105,9 @@ struct model_runner {
     act_cache_entry act_cached[TENSOR_TYPE_COUNT];
     /* Side data of the Q8_0 activations for the panel kernels, [max_batch][max_in / 32]. */
     kernel_act_aux *act_aux;
-    /* The F16 activations widened to double for the F16 panel kernel, [max_batch][max_in]; only
+    /* The F16 activations widened to float for the F16 panel kernel, [max_batch][max_in]; only
      * when the model has F16 panels. */
-    double *act_f64;
+    float *act_f16_f32;
     uint64_t epoch;
 };
 

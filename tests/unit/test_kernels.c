@@ -26,6 +26,12 @@
  *       have 129 blocks: 1e-6 leaves a margin of 10 over the random-sign expectation and is still
  *       far below what any real defect causes (a single wrong element costs about S / n_elems,
  *       >= 2.4e-4 * S at the longest length).
+ *   F16_PANEL_REL_ERR(n)  the F16 panel kernel against tensor__vec_dot_f16: the products w * y of
+ *       two halves are exact in float, but the kernel adds them in float (FMA, four interleaved
+ *       partial sums) where the twin adds in double. n float additions err by at most
+ *       n * 2^-24 of sum(|w * y|) = S, plus the final pairwise adds and the twin's own rounding
+ *       to float: (n + 4) * 2^-24 * S. A single wrong element costs about S / n, which is far
+ *       above that for every length tested (n <= 300: 2e-5 * S against >= 3e-3 * S).
  *   FLOAT_DOT_ULPS / FLOAT_DOT_REL_ERR  F32, F16 and BF16 dot products: both kernels round the
  *       same float products and sum them in double, in different orders, so they agree up to
  *       the final rounding to float (1 ulp of the result), plus a double-rounding term 1e-12 * S
@@ -58,6 +64,7 @@
 #define QUANT_DOT_REL_ERR 1e-6
 #define FLOAT_DOT_ULPS    1.0
 #define FLOAT_DOT_REL_ERR 1e-12
+#define F16_PANEL_REL_ERR(n) (((double)(n) + 4) * 0x1p-24)
 #define ATTN_DOT_REL_ERR  2e-6
 #define RMS_NORM_REL_ERR  (3 * FLT_EPSILON)
 #define EXP_OPS_REL_ERR   (8 * FLT_EPSILON)
@@ -324,7 +331,7 @@ END_TEST
 /* Every panel kernel of every SIMD variant against the scalar vec_dot, row by row and token by
  * token: bit-identical (kernels.h). Token counts cover full tiles and every kind of partial one;
  * row lengths cover one block up to many. */
-START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
+START_TEST(test_panel_dot_matches_scalar) {
     variant vs[8];
     const int nv = simd_variants(vs);
     static const int64_t blocks[] = {1, 2, 3, 7, 64, 129};
@@ -333,6 +340,7 @@ START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
     static const int64_t n_toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 19, 31};
     const int64_t n_out = 2 * KERNEL_PANEL_ROWS;
     int checked = 0;
+    double worst_f16 = 0;
     for (size_t ti = 0; ti < sizeof panel_types / sizeof panel_types[0]; ti++) {
         const tensor_type t = panel_types[ti];
         const tensor_type_traits *tt = tensor_type_get_traits(t);
@@ -342,7 +350,8 @@ START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
         const size_t n_lens = tt->block_size == 32  ? sizeof blocks / sizeof blocks[0]
                               : tt->block_size == 1 ? sizeof flens / sizeof flens[0]
                                                     : sizeof kblocks / sizeof kblocks[0];
-        /* F16 panels take the activations widened to double (kernels.h). */
+        /* F16 panels take the activations widened to float (kernels.h), and agree with the
+         * twin within F16_PANEL_REL_ERR; the others bit for bit. */
         const bool widen = t == TENSOR_TYPE_F16;
         for (size_t li = 0; li < n_lens; li++) {
             const int64_t n = lens[li] * tt->block_size;
@@ -351,7 +360,9 @@ START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
             rng r = {77 + ti * 1009 + (uint64_t)n};
             uint8_t *w = malloc(row * n_out), *packed = malloc(row * n_out);
             uint8_t *y = malloc(yrow * max_tok);
-            double *yd = malloc((size_t)n * max_tok * sizeof(double));
+            float *yw = malloc((size_t)n * max_tok * sizeof(float));
+            double *scale = malloc((size_t)max_tok * n_out * sizeof(double)); /* S per output */
+            float *first = malloc((size_t)max_tok * n_out * sizeof(float));
             float *yf = malloc((size_t)n * sizeof(float));
             kernel_act_aux *aux = malloc((size_t)max_tok * (n / 32) * sizeof *aux);
             float *ref = malloc((size_t)max_tok * n_out * sizeof(float));
@@ -362,9 +373,15 @@ START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
                 yt->from_float(yf, y + k * yrow, n);
                 if (vt == TENSOR_TYPE_Q8_0) kernels_act_aux(y + k * yrow, n, aux + k * (n / 32));
                 for (int64_t i = 0; widen && i < n; i++)
-                    yd[k * n + i] = tensor_fp16_to_f32(((const uint16_t *)(y + k * yrow))[i]);
-                for (int64_t i = 0; i < n_out; i++)
+                    yw[k * n + i] = tensor_fp16_to_f32(((const uint16_t *)(y + k * yrow))[i]);
+                for (int64_t i = 0; i < n_out; i++) {
                     tt->vec_dot(n, &ref[k * n_out + i], w + i * row, y + k * yrow);
+                    double S = 0;
+                    for (int64_t e = 0; widen && e < n; e++)
+                        S += fabs((double)tensor_fp16_to_f32(((const uint16_t *)(w + i * row))[e]) *
+                                  yw[k * n + e]);
+                    scale[k * n_out + i] = S;
+                }
             }
             kernels_panel_pack(t, w, n, n_out, 0, n_out / KERNEL_PANEL_ROWS, packed);
             for (int v = 0; v < nv; v++) {
@@ -374,17 +391,37 @@ START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
                     const int64_t n_tok = n_toks[ki];
                     memset(got, 0xFF, (size_t)max_tok * n_out * sizeof(float));
                     for (int64_t p = 0; p < n_out / KERNEL_PANEL_ROWS; p++)
-                        dot(n, packed + p * KERNEL_PANEL_ROWS * row, widen ? (void *)yd : (void *)y,
-                            widen ? (size_t)n * sizeof(double) : yrow, aux, n / 32, n_tok,
+                        dot(n, packed + p * KERNEL_PANEL_ROWS * row, widen ? (void *)yw : (void *)y,
+                            widen ? (size_t)n * sizeof(float) : yrow, aux, n / 32, n_tok,
                             got + p * KERNEL_PANEL_ROWS, n_out);
                     for (int64_t k = 0; k < n_tok; k++)
                         for (int64_t i = 0; i < n_out; i++) {
-                            const float a = got[k * n_out + i], b = ref[k * n_out + i];
-                            ck_assert_msg(memcmp(&a, &b, sizeof a) == 0,
-                                          "%s panel %s n=%lld tokens=%lld: row %lld token %lld: "
-                                          "%.9g vs scalar %.9g",
-                                          vs[v].name, tt->name, (long long)n, (long long)n_tok,
-                                          (long long)i, (long long)k, a, b);
+                            const size_t o = (size_t)(k * n_out + i);
+                            const float a = got[o], b = ref[o];
+                            if (widen) {
+                                const double d = fabs((double)a - b),
+                                             budget = F16_PANEL_REL_ERR(n) * scale[o];
+                                ck_assert_msg(d <= budget,
+                                              "%s panel F16 n=%lld tokens=%lld: row %lld token "
+                                              "%lld: %.9g vs scalar %.9g (|d| %.3g > %.3g)",
+                                              vs[v].name, (long long)n, (long long)n_tok,
+                                              (long long)i, (long long)k, a, b, d, budget);
+                                if (d > 0 && d / scale[o] > worst_f16) worst_f16 = d / scale[o];
+                            } else {
+                                ck_assert_msg(memcmp(&a, &b, sizeof a) == 0,
+                                              "%s panel %s n=%lld tokens=%lld: row %lld token "
+                                              "%lld: %.9g vs scalar %.9g",
+                                              vs[v].name, tt->name, (long long)n,
+                                              (long long)n_tok, (long long)i, (long long)k, a, b);
+                            }
+                            /* A token's result does not depend on how many share its batch. */
+                            if (ki == 0 && k == 0) first[i] = a;
+                            if (k == 0)
+                                ck_assert_msg(memcmp(&a, &first[i], sizeof a) == 0,
+                                              "%s panel %s n=%lld: token 0 of %lld differs from "
+                                              "token 0 alone",
+                                              vs[v].name, tt->name, (long long)n,
+                                              (long long)n_tok);
                             checked++;
                         }
                     /* Nothing written beyond the n_tok tokens asked for. */
@@ -398,14 +435,18 @@ START_TEST(test_panel_dot_matches_scalar_bit_for_bit) {
             free(w);
             free(packed);
             free(y);
-            free(yd);
+            free(yw);
+            free(scale);
+            free(first);
             free(yf);
             free(aux);
             free(ref);
             free(got);
         }
     }
-    printf("  %d panel outputs bit-identical to scalar on %d SIMD variants\n", checked, nv);
+    printf("  %d panel outputs checked on %d SIMD variants (bit-identical to scalar; F16 worst "
+           "|d|/S %.3g)\n",
+           checked, nv, worst_f16);
 }
 END_TEST
 
@@ -1055,7 +1096,7 @@ static Suite *kernels_suite(void) {
     tcase_set_timeout(core, 300);
     tcase_add_test(core, test_vec_dot_matches_scalar);
     tcase_add_test(core, test_panel_pack_roundtrip);
-    tcase_add_test(core, test_panel_dot_matches_scalar_bit_for_bit);
+    tcase_add_test(core, test_panel_dot_matches_scalar);
     tcase_add_test(core, test_quantizers_byte_identical);
     tcase_add_test(core, test_to_float_bit_identical);
     tcase_add_test(core, test_attention_loops);
