@@ -407,7 +407,8 @@ def spawn_corrald(body: str, folder: Path) -> tuple[subprocess.Popen, str]:
 
     endpoint = f"ipc://{folder}/sock/corral.sock"
     cfg = folder / "corral.yaml"
-    cfg.write_text(f'listen: ["{endpoint}"]\n' + body)
+    # Its own cache directory, as the fixtures' daemons have (never the user's).
+    cfg.write_text(f'listen: ["{endpoint}"]\ncache: {{dir: "{folder}/cache"}}\n' + body)
     log = open(folder / "corrald.log", "ab")
     proc = subprocess.Popen([corrald_path(), "-c", str(cfg)], stdout=log, stderr=log)
     log.close()
