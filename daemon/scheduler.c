@@ -434,10 +434,11 @@ static void describe_holders(sched *s, char *out, size_t size) {
         if (!model_bytes(sm)) continue;
         uint32_t running = 0;
         for (job *j = s->jobs; j; j = j->next) running += j->model == sm && j->started;
-        len +=
-            (size_t)snprintf(out + len, size - len, "%s model '%s' %.1f MiB%s%s", any++ ? "," : "",
-                             sm->name, model_bytes(sm) / 1048576.0, sm->pinned ? " (pinned)" : "",
-                             running ? " (requests running)" : "");
+        len += (size_t)snprintf(out + len, size - len, "%s model '%s' %.1f MiB%s%s%s",
+                                any++ ? "," : "", sm->name, model_bytes(sm) / 1048576.0,
+                                sm->pinned ? " (pinned)" : "",
+                                running ? " (requests running)" : "",
+                                model_kept(sm) ? " (swapped out, tokenizer and scratch kept)" : "");
     }
     if (!any && len < size) snprintf(out + len, size - len, " nothing evictable");
 }
