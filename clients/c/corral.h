@@ -338,7 +338,8 @@ CORRAL_API void corral_model_list_destroy(corral_model_list **list);
 typedef struct corral_model_status {
     const char *name;
     corral_model_state state;
-    uint64_t bytes;        /* memory held: weights, KV caches, scratch */
+    uint64_t bytes;        /* memory held: weights, KV caches, scratch (swapped out: what it
+                              kept, its tokenizer and scratch, until memory runs short) */
     uint64_t last_used_ms; /* Unix time in ms of the last request; 0 if never used */
     uint32_t queue_depth;  /* requests waiting */
     uint32_t active;       /* requests being computed */

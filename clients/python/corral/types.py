@@ -205,7 +205,8 @@ class ModelStatus:
     state: ModelState
     """Residency."""
     bytes: int
-    """Memory held: weights, KV caches, scratch."""
+    """Memory held: weights, KV caches, scratch. A swapped-out model keeps its tokenizer and
+    scratch (a few MiB) until memory runs short, so it may hold some."""
     last_used_ms: int
     """Unix time in ms of the last request; 0 if never used."""
     queue_depth: int
@@ -221,7 +222,7 @@ class ModelStatus:
     swap_ins: int
     """Times the model came back after being swapped out."""
     swap_outs: int
-    """Times the model was swapped out (unmapped) to make room."""
+    """Times the model was swapped out (its weights unmapped) to make room."""
     preload: bool = False
     """Whether the config loads it at start."""
     ttl_ms: int = 0
