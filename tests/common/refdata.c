@@ -3,6 +3,7 @@
  */
 #include "refdata.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,4 +67,19 @@ float *ref_read_f32(const char *relative, size_t *n) {
     free(bytes);
     *n = len / sizeof(float);
     return f;
+}
+
+int ref_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+double ref_top1_margin(const float *x, int n) {
+    const int best = ref_argmax(x, n);
+    double second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != best && x[i] > second) second = x[i];
+    return x[best] - second;
 }

@@ -34,4 +34,11 @@ float *ref_read_f32(const char *relative, size_t *n);
  * NULL when unreadable. Caller frees. */
 char *ref_read_file(const char *relative, size_t *len);
 
+/* The index of the largest of x[0..n) (the first on ties): a greedy choice. */
+int ref_argmax(const float *x, int n);
+
+/* How far the largest of x[0..n) is above the second: where it is small, float noise may flip
+ * the greedy choice, so comparisons of greedy ids stop there. */
+double ref_top1_margin(const float *x, int n);
+
 #endif /* CORRAL_REFDATA_H */

@@ -29,19 +29,21 @@ MODELS = ("A", "B", "C")
 PROMPT = "Once upon a time"
 
 
+def synth_model(path: Path, width: int, ff: int, seed: int) -> Path:
+    """A q8_0 llama model `width` wide, 4 layers, context 512, made by `corral synth`."""
+    subprocess.run(
+        [corral_path(), "synth", "--arch", "llama", "--n-embd", str(width), "--n-layer", "4",
+         "--n-head", "8", "--n-head-kv", "4", "--n-ff", str(ff), "--n-vocab", "512",
+         "--n-ctx", "512", "--type", "q8_0", "--seed", str(seed), "-o", str(path)],
+        check=True, capture_output=True, timeout=120,
+    )
+    return path
+
+
 def make_models(folder: Path, width: int, ff: int) -> dict[str, Path]:
-    """Three models of one shape (q8_0, `width` wide, 4 layers, context 512), seeds 1..3."""
-    paths = {}
-    for seed, name in enumerate(MODELS, start=1):
-        path = folder / f"{name}.gguf"
-        subprocess.run(
-            [corral_path(), "synth", "--arch", "llama", "--n-embd", str(width), "--n-layer", "4",
-             "--n-head", "8", "--n-head-kv", "4", "--n-ff", str(ff), "--n-vocab", "512",
-             "--n-ctx", "512", "--type", "q8_0", "--seed", str(seed), "-o", str(path)],
-            check=True, capture_output=True, timeout=120,
-        )
-        paths[name] = path
-    return paths
+    """Three models of one shape, seeds 1..3."""
+    return {name: synth_model(folder / f"{name}.gguf", width, ff, seed)
+            for seed, name in enumerate(MODELS, start=1)}
 
 
 @pytest.fixture(scope="module")
@@ -233,12 +235,7 @@ def test_model_file_changed_while_swapped_out_is_loaded_again(models, limit, sta
 
 def test_kept_heaps_go_when_nothing_resident_can_be_evicted(models, limit, start_corrald, tmp_path):
     four = dict(models)
-    four["D"] = tmp_path / "D.gguf"
-    subprocess.run(
-        [corral_path(), "synth", "--arch", "llama", "--n-embd", "512", "--n-layer", "4",
-         "--n-head", "8", "--n-head-kv", "4", "--n-ff", "1408", "--n-vocab", "512",
-         "--n-ctx", "512", "--type", "q8_0", "--seed", "4", "-o", str(four["D"])],
-        check=True, capture_output=True, timeout=120)
+    four["D"] = synth_model(tmp_path / "D.gguf", 512, 1408, seed=4)  # the shape of `models`
     d = start_corrald(config(four, tmp_path / "swap", limit=limit))
     with Client(d.endpoint, timeout=30) as c:
         for m in "AB":

@@ -86,21 +86,6 @@ static float rnd(uint64_t *s) {
     return (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static double top1_margin(const float *x, int n) {
-    int best = argmax(x, n);
-    double second = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != best && x[i] > second) second = x[i];
-    return x[best] - second;
-}
-
 /* Teacher-forced logits of ids in fast mode with an F32 KV cache. Caller frees. */
 static float *run_logits(const char *path, const int32_t *ids, int n) {
     corral_error err;
@@ -471,7 +456,8 @@ static void check_reference_logits(const char *stem, const char *base_rel, const
                 double d = fabs((double)g[i] - (double)r[i]);
                 if (d > worst) worst = d;
             }
-            if (top1_margin(r, N_VOCAB) > TOP1_MARGIN && argmax(g, N_VOCAB) != argmax(r, N_VOCAB))
+            if (ref_top1_margin(r, N_VOCAB) > TOP1_MARGIN &&
+                ref_argmax(g, N_VOCAB) != ref_argmax(r, N_VOCAB))
                 top1++;
         }
         printf("  %-32s %-6s scale %.2f vs %-16s max |d| %.2e, top-1 mismatches %d\n", stem,
@@ -540,7 +526,7 @@ static void check_greedy(const char *stem, const char *base_rel, float scale) {
     int32_t got[512];
     int matched = -1;
     for (int i = 0; i < n_ref; i++) {
-        got[i] = argmax(logits, N_VOCAB);
+        got[i] = ref_argmax(logits, N_VOCAB);
         if (matched < 0 && got[i] != ref[i]) matched = i;
         if (i + 1 < n_ref)
             ck_assert_int_eq(model_forward(r, kv, &got[i], 1, MODEL_LOGITS_LAST, logits, &err),

@@ -43,21 +43,6 @@ typedef struct diff_stats {
     int top1_mismatch; /* positions with margin > TOP1_MARGIN whose argmax differs */
 } diff_stats;
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static double top1_margin(const float *x, int n) {
-    int best = argmax(x, n);
-    double second = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != best && x[i] > second) second = x[i];
-    return x[best] - second;
-}
-
 static diff_stats compare_logits(const float *got, const float *ref, int n_pos, int n_vocab) {
     diff_stats s = {0};
     double sq = 0;
@@ -68,7 +53,8 @@ static diff_stats compare_logits(const float *got, const float *ref, int n_pos, 
             if (d > s.max) s.max = d;
             sq += d * d;
         }
-        if (top1_margin(r, n_vocab) > TOP1_MARGIN && argmax(g, n_vocab) != argmax(r, n_vocab))
+        if (ref_top1_margin(r, n_vocab) > TOP1_MARGIN &&
+            ref_argmax(g, n_vocab) != ref_argmax(r, n_vocab))
             s.top1_mismatch++;
     }
     s.rms = sqrt(sq / ((double)n_pos * n_vocab));
@@ -264,7 +250,7 @@ static void check_greedy(const char *stem, const char *model_rel, kv_type kvt, i
     int32_t got[512];
     int matched = -1;
     for (int i = 0; i < n_ref; i++) {
-        got[i] = argmax(logits, N_VOCAB);
+        got[i] = ref_argmax(logits, N_VOCAB);
         if (matched < 0 && got[i] != ref[i]) matched = i;
         if (i + 1 < n_ref)
             ck_assert_int_eq(model_forward(r, kv, &got[i], 1, MODEL_LOGITS_LAST, logits, &err),
