@@ -3,9 +3,11 @@
  * table), KV caches, runners, and model_forward's batching and output projection.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "corral/log.h"
 #include "model_impl.h"
@@ -237,14 +239,22 @@ static corral_status model_bind_weights(struct model *m, corral_error *err) {
     return CORRAL_OK;
 }
 
-/* The identity of the file at path as it is now (image_fingerprint_add_file: path, size,
- * modification time, the bytes at both ends) as hex. */
-static corral_status file_identity(const char *path, char *hex, corral_error *err) {
-    image_fingerprint fp;
-    image_fingerprint_init(&fp, "corral-model-file-1");
-    corral_status st = image_fingerprint_add_file(&fp, path, err);
-    if (st == CORRAL_OK) image_fingerprint_hex(&fp, hex);
-    return st;
+/* The identity of the file at path as it is now; all zero when it cannot be read (stat). */
+static model_file_id file_identity(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return (model_file_id){0};
+    return (model_file_id){.dev = (uint64_t)st.st_dev,
+                           .ino = (uint64_t)st.st_ino,
+                           .size = (uint64_t)st.st_size,
+                           .mtime_s = (int64_t)st.st_mtim.tv_sec,
+                           .mtime_ns = (int64_t)st.st_mtim.tv_nsec,
+                           .ctime_s = (int64_t)st.st_ctim.tv_sec,
+                           .ctime_ns = (int64_t)st.st_ctim.tv_nsec};
+}
+
+static bool same_file(model_file_id a, model_file_id b) {
+    return a.dev == b.dev && a.ino == b.ino && a.size == b.size && a.mtime_s == b.mtime_s &&
+           a.mtime_ns == b.mtime_ns && a.ctime_s == b.ctime_s && a.ctime_ns == b.ctime_ns;
 }
 
 model *model_load(const char *path, const model_params *params, corral_error *err) {
@@ -256,8 +266,9 @@ model *model_load(const char *path, const model_params *params, corral_error *er
     m->params = params ? *params : model_params_default();
     /* A CORRAL_CPU that names no runnable kernel path stops every load, with its message. */
     if (!kernels_get(err)) goto fail;
-    /* Before the mapping: a file replaced in between then reads as changed at a restore. */
-    if (file_identity(path, m->file_fingerprint, err) != CORRAL_OK) goto fail;
+    /* Before the mapping: a file replaced in between then reads as changed at a restore. When
+     * stat fails the identity stays zero (never matching) and gguf_open names the problem. */
+    m->file_id = file_identity(path);
     m->file = gguf_open(path, err);
     if (!m->file) goto fail;
 
@@ -318,14 +329,12 @@ void model_weights_release(model *m) {
 
 corral_status model_weights_restore(model *m, corral_error *err) {
     if (!m->released) return CORRAL_OK;
-    char now[IMAGE_FINGERPRINT_CHARS + 1];
-    corral_status st = file_identity(gguf_path(m->file), now, err);
-    if (st != CORRAL_OK) return st;
-    if (strcmp(now, m->file_fingerprint) != 0)
+    const model_file_id now = file_identity(gguf_path(m->file));
+    if (now.ino == 0 || !same_file(now, m->file_id))
         return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
                                 "%s changed on disk since the model was loaded; load it again",
                                 gguf_path(m->file));
-    st = model__repack(m, err);
+    const corral_status st = model__repack(m, err);
     if (st != CORRAL_OK) return corral_error_prefix(err, "%s", gguf_path(m->file));
     m->released = 0;
     return CORRAL_OK;

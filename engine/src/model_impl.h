@@ -7,7 +7,6 @@
 #include <stdint.h>
 
 #include "arch.h"
-#include "corral/image.h"
 #include "corral/model.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
@@ -29,6 +28,13 @@ typedef struct model_weight {
     int panels;
 } model_weight;
 
+/* What tells a file's contents apart without reading them: rewriting, replacing, truncating or
+ * touching a file changes one of these (and the change time cannot be set back). */
+typedef struct model_file_id {
+    uint64_t dev, ino, size;
+    int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
+} model_file_id;
+
 struct model {
     gguf_file *file;
     const arch_desc *arch;
@@ -45,9 +51,9 @@ struct model {
     /* model_weights_release: the weights are not in memory (packed is NULL, data points into the
      * file mapping, whose pages were given back) until model_weights_restore. */
     int released;
-    /* The file's identity at load (image_fingerprint_add_file): a restore checks the file is
-     * still the one the model was parsed from. */
-    char file_fingerprint[IMAGE_FINGERPRINT_CHARS + 1];
+    /* The file's identity at load: a restore checks the file is still the one the model was
+     * parsed from. */
+    model_file_id file_id;
 };
 
 /* The weight of a per-layer role in layer il. */

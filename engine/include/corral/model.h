@@ -106,9 +106,10 @@ void model_destroy(model **m);
  * with CORRAL_FAILED_PRECONDITION until the restore. Idempotent.
  *
  * model_weights_restore binds the weights again as model_load does (mapping the cached image,
- * prefetched). It first checks that the file is the one the model was loaded from (path, size,
- * modification time, the bytes at both ends): CORRAL_FAILED_PRECONDITION when it changed (load the
- * model anew), other errors as model_load's; the model stays released on any error.
+ * prefetched). It first checks that the file is the one the model was loaded from (device, inode,
+ * size, modification and change times: stat, no reading): CORRAL_FAILED_PRECONDITION when it
+ * changed or is gone (load the model anew), other errors as model_load's; the model stays
+ * released on any error.
  * model_weights_resident: 0 between a release and a successful restore, else 1. */
 void model_weights_release(model *m);
 corral_status model_weights_restore(model *m, corral_error *err);
