@@ -86,10 +86,11 @@ typedef enum kernel_path {
  *
  * F16 panels hold one element per block (2-byte units), and their activations come as floats (the
  * F16-rounded activations, widened once per batch). They are the exception to bit-identity: lane
- * r adds w * y with one float FMA per element, in a few interleaved partial sums, where the twin
+ * r adds w * y with one float FMA per element, in element order (one chain), where the twin
  * adds exact products in double. Double sums ran at half the width and kept prefill compute-bound
- * at 0.4x llama.cpp. The difference is a float summation error: at most (n_in + 4) * 2^-24 of
- * sum(|w * y|) (the standard bound for n_in additions; F16_PANEL_REL_ERR in test_kernels.c).
+ * at 0.4x llama.cpp. The difference is a float summation error: at most (n_in + 1) * 2^-24 of
+ * sum(|w * y|) (the standard bound for n_in additions and the twin's rounding to float;
+ * F16_PANEL_REL_ERR in test_kernels.c).
  *
  * Codes and offsets. Weight codes enter the unsigned side of the byte product: Q4_0 as q in
  * 0..15 for the value q - 8, Q8_0 as w + 128 (VNNI) for w, Q6_K as q in 0..63 for q - 32. The
@@ -108,15 +109,19 @@ typedef struct kernel_act_aux {
     int32_t neg128_sum; /* -128 * sum */
 } kernel_act_aux;
 
-/* The products of one panel with n_tok activation rows: out[t * out_stride + r] = W[r] . y[t]
- * for r < KERNEL_PANEL_ROWS, t < n_tok. `panel` is one panel of a weight with n_in elements per
- * row; activation row t is at y + t * y_stride (bytes) in the type's vec_dot_type, except for F16
- * weights: n_in floats, the F16 activations widened; for types whose activations are Q8_0,
- * aux + t * aux_stride holds its n_in / 32 kernel_act_aux entries (kernels_act_aux), for the
- * others aux is unused. Bit-identical with the scalar vec_dot (F16: within F16_PANEL_REL_ERR). */
-typedef void (*kernel_panel_dot_fn)(int64_t n_in, const void *restrict panel, const void *y,
-                                    size_t y_stride, const kernel_act_aux *aux, size_t aux_stride,
-                                    int64_t n_tok, float *restrict out, size_t out_stride);
+/* The products of n_panels consecutive panels (KERNEL_PANEL_ROWS rows each, the first at
+ * `panels`, the next right after it) with n_tok activation rows: out[t * out_stride + 16 p + r]
+ * = W_p[r] . y[t] for panel p, r < KERNEL_PANEL_ROWS, t < n_tok. The panels are of a weight with
+ * n_in elements per row; activation row t is at y + t * y_stride (bytes) in the type's
+ * vec_dot_type, except for F16 weights: n_in floats, the F16 activations widened; for types whose
+ * activations are Q8_0, aux + t * aux_stride holds its n_in / 32 kernel_act_aux entries
+ * (kernels_act_aux), for the others aux is unused. Bit-identical with the scalar vec_dot (F16:
+ * within F16_PANEL_REL_ERR), and each output the same bits whatever n_panels and n_tok (a
+ * result depends on its row and token only, never on the batch around them). */
+typedef void (*kernel_panel_dot_fn)(int64_t n_in, const void *restrict panels, int64_t n_panels,
+                                    const void *y, size_t y_stride, const kernel_act_aux *aux,
+                                    size_t aux_stride, int64_t n_tok, float *restrict out,
+                                    size_t out_stride);
 
 typedef struct kernel_type_ops {
     tensor_to_float_fn to_float;

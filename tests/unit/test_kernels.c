@@ -27,11 +27,11 @@
  *       far below what any real defect causes (a single wrong element costs about S / n_elems,
  *       >= 2.4e-4 * S at the longest length).
  *   F16_PANEL_REL_ERR(n)  the F16 panel kernel against tensor__vec_dot_f16: the products w * y of
- *       two halves are exact in float, but the kernel adds them in float (FMA, four interleaved
- *       partial sums) where the twin adds in double. n float additions err by at most
- *       n * 2^-24 of sum(|w * y|) = S, plus the final pairwise adds and the twin's own rounding
- *       to float: (n + 4) * 2^-24 * S. A single wrong element costs about S / n, which is far
- *       above that for every length tested (n <= 300: 2e-5 * S against >= 3e-3 * S).
+ *       two halves are exact in float, but the kernel adds them in float (one FMA chain in
+ *       element order) where the twin adds in double. n float additions err by at most
+ *       n * 2^-24 of sum(|w * y|) = S, plus the twin's own rounding to float: (n + 1) * 2^-24 * S.
+ *       A single wrong element costs about S / n, which is far above that for every length
+ *       tested (n <= 300: 2e-5 * S against >= 3e-3 * S).
  *   FLOAT_DOT_ULPS / FLOAT_DOT_REL_ERR  F32, F16 and BF16 dot products: both kernels round the
  *       same float products and sum them in double, in different orders, so they agree up to
  *       the final rounding to float (1 ulp of the result), plus a double-rounding term 1e-12 * S
@@ -61,14 +61,14 @@
 #include "tensor_blocks.h"
 #include "testutil.h"
 
-#define QUANT_DOT_REL_ERR 1e-6
-#define FLOAT_DOT_ULPS    1.0
-#define FLOAT_DOT_REL_ERR 1e-12
-#define F16_PANEL_REL_ERR(n) (((double)(n) + 4) * 0x1p-24)
-#define ATTN_DOT_REL_ERR  2e-6
-#define RMS_NORM_REL_ERR  (3 * FLT_EPSILON)
-#define EXP_OPS_REL_ERR   (8 * FLT_EPSILON)
-#define EXP_OPS_ABS_ERR   1e-37
+#define QUANT_DOT_REL_ERR    1e-6
+#define FLOAT_DOT_ULPS       1.0
+#define FLOAT_DOT_REL_ERR    1e-12
+#define F16_PANEL_REL_ERR(n) (((double)(n) + 1) * 0x1p-24)
+#define ATTN_DOT_REL_ERR     2e-6
+#define RMS_NORM_REL_ERR     (3 * FLT_EPSILON)
+#define EXP_OPS_REL_ERR      (8 * FLT_EPSILON)
+#define EXP_OPS_ABS_ERR      1e-37
 
 /* ---- random data ----------------------------------------------------------------------------- */
 
@@ -338,7 +338,8 @@ START_TEST(test_panel_dot_matches_scalar) {
     static const int64_t kblocks[] = {1, 2, 3, 11};
     static const int64_t flens[] = {1, 2, 3, 17, 64, 300};
     static const int64_t n_toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 19, 31};
-    const int64_t n_out = 2 * KERNEL_PANEL_ROWS;
+    /* 11 panels: every grouping the kernels make (up to 8 panels a tile) and a remainder. */
+    const int64_t n_out = 11 * KERNEL_PANEL_ROWS;
     int checked = 0;
     double worst_f16 = 0;
     for (size_t ti = 0; ti < sizeof panel_types / sizeof panel_types[0]; ti++) {
@@ -367,6 +368,7 @@ START_TEST(test_panel_dot_matches_scalar) {
             kernel_act_aux *aux = malloc((size_t)max_tok * (n / 32) * sizeof *aux);
             float *ref = malloc((size_t)max_tok * n_out * sizeof(float));
             float *got = malloc((size_t)max_tok * n_out * sizeof(float));
+            float *alone = malloc((size_t)max_tok * n_out * sizeof(float));
             for (int64_t i = 0; i < n_out; i++) make_weights(&r, t, n, w + i * row);
             for (int64_t k = 0; k < max_tok; k++) {
                 rng_activations(&r, yf, n, yt->block_size);
@@ -390,8 +392,13 @@ START_TEST(test_panel_dot_matches_scalar) {
                 for (size_t ki = 0; ki < sizeof n_toks / sizeof n_toks[0]; ki++) {
                     const int64_t n_tok = n_toks[ki];
                     memset(got, 0xFF, (size_t)max_tok * n_out * sizeof(float));
-                    for (int64_t p = 0; p < n_out / KERNEL_PANEL_ROWS; p++)
-                        dot(n, packed + p * KERNEL_PANEL_ROWS * row, widen ? (void *)yw : (void *)y,
+                    /* All panels in one call, or (odd ki) in calls of 3 and the 2 left over. */
+                    const int64_t n_panels = n_out / KERNEL_PANEL_ROWS,
+                                  group = ki % 2 ? 3 : n_panels;
+                    for (int64_t p = 0; p < n_panels; p += group)
+                        dot(n, packed + p * KERNEL_PANEL_ROWS * row,
+                            p + group <= n_panels ? group : n_panels - p,
+                            widen ? (void *)yw : (void *)y,
                             widen ? (size_t)n * sizeof(float) : yrow, aux, n / 32, n_tok,
                             got + p * KERNEL_PANEL_ROWS, n_out);
                     for (int64_t k = 0; k < n_tok; k++)
@@ -411,8 +418,8 @@ START_TEST(test_panel_dot_matches_scalar) {
                                 ck_assert_msg(memcmp(&a, &b, sizeof a) == 0,
                                               "%s panel %s n=%lld tokens=%lld: row %lld token "
                                               "%lld: %.9g vs scalar %.9g",
-                                              vs[v].name, tt->name, (long long)n,
-                                              (long long)n_tok, (long long)i, (long long)k, a, b);
+                                              vs[v].name, tt->name, (long long)n, (long long)n_tok,
+                                              (long long)i, (long long)k, a, b);
                             }
                             /* A token's result does not depend on how many share its batch. */
                             if (ki == 0 && k == 0) first[i] = a;
@@ -420,10 +427,23 @@ START_TEST(test_panel_dot_matches_scalar) {
                                 ck_assert_msg(memcmp(&a, &first[i], sizeof a) == 0,
                                               "%s panel %s n=%lld: token 0 of %lld differs from "
                                               "token 0 alone",
-                                              vs[v].name, tt->name, (long long)n,
-                                              (long long)n_tok);
+                                              vs[v].name, tt->name, (long long)n, (long long)n_tok);
                             checked++;
                         }
+                    /* ... nor on the panels computed beside its row: panel by panel, the same
+                     * bits for every token. */
+                    if (ki == sizeof n_toks / sizeof n_toks[0] - 1) {
+                        for (int64_t p = 0; p < n_panels; p++)
+                            dot(n, packed + p * KERNEL_PANEL_ROWS * row, 1,
+                                widen ? (void *)yw : (void *)y,
+                                widen ? (size_t)n * sizeof(float) : yrow, aux, n / 32, n_tok,
+                                alone + p * KERNEL_PANEL_ROWS, n_out);
+                        ck_assert_msg(memcmp(alone, got, (size_t)n_tok * n_out * sizeof(float)) ==
+                                          0,
+                                      "%s panel %s n=%lld: %lld tokens panel by panel differ "
+                                      "from all panels in one call",
+                                      vs[v].name, tt->name, (long long)n, (long long)n_tok);
+                    }
                     /* Nothing written beyond the n_tok tokens asked for. */
                     for (int64_t k = n_tok; k < max_tok; k++) {
                         uint32_t u;
@@ -442,6 +462,7 @@ START_TEST(test_panel_dot_matches_scalar) {
             free(aux);
             free(ref);
             free(got);
+            free(alone);
         }
     }
     printf("  %d panel outputs checked on %d SIMD variants (bit-identical to scalar; F16 worst "
