@@ -25,21 +25,22 @@
  * thread's panels stream past (matmul_thread). Decoding runs the same kernels with one token.
  *
  * Threads. The activations of a matrix product are quantized first, split by token rows over the
- * runner's pool (by the calling thread alone for a short batch); then each thread computes a
- * contiguous range of 16-row units of the weight (Q, K and V together, gate and up together: one
- * pool run each) for every token. Attention splits (head set, token) units; the row operations
- * between the products (norms, rotations, SwiGLU) split the tokens of a long batch. These are
- * threadpool_run_slices runs: a slice whose thread is not running yet (a busy machine) is done by
- * the caller instead of waited for. No output element is computed by two threads or in a
- * thread-dependent order, and the panel kernels compute each element exactly as the dot kernels'
- * scalar twins do whatever the tile, so the results depend neither on the thread count nor on
- * how many tokens a batch holds.
+ * runner's pool (by the calling thread alone for a short batch); then the threads claim blocks of
+ * 16-row units of the weight (Q, K and V together, gate and up together: one pool run each), a
+ * few per thread, for every chunk of tokens, so a faster thread takes more of them. Attention
+ * splits (head set, token) units; the row operations between the products (norms, rotations,
+ * SwiGLU) split the tokens of a long batch. These are threadpool_run_slices runs: a slice whose
+ * thread is not running yet (a busy machine) is done by the caller instead of waited for. No output
+ * element is computed by two threads or in a thread-dependent order, and the panel kernels compute
+ * each element exactly as the dot kernels' scalar twins do whatever the tile, so the results depend
+ * neither on the thread count nor on how many tokens a batch holds.
  *
  * Kernels. Dot products, panel kernels, activation quantizers, the attention kernel and the row
  * ops come from the runner's kernel table, r->ops (kernels.h): the best SIMD path of the CPU, or
  * CORRAL_CPU's choice; reference mode keeps the scalar ones.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,14 +94,21 @@ static inline int64_t split_begin(int64_t n, uint32_t i, uint32_t nth) {
  * 8-10% at 2 MiB chunks. */
 #define FORWARD_HEAVY_WEIGHT_CHUNK_TOKENS 256
 
+/* A chunk's units are handed out in blocks, about this many per thread (matmul_thread): enough
+ * for a faster thread to take over some of a slower one's work, few enough that each block is a
+ * long stream for the hardware prefetchers. In a decode step (Q4_0, 2 threads) the time the
+ * threads spend waiting for each other fell from 6.1% to 4.5% of the samples (perf) against
+ * contiguous halves. */
+#define FORWARD_MATMUL_CLAIMS_PER_THREAD 3
+
 /*
  * A matrix product (or a group of them with the same input) as one pool run.
  *
  * The work is cut into units of KERNEL_PANEL_ROWS rows: a panel of a weight in panel layout, or
  * 16 rows of any other weight (and the rows after the last panel), done by the type's dot kernel
- * pair by pair. The units of all weights of the group, one after the other, are split among the
- * threads in contiguous ranges. Each thread then takes the tokens a chunk at a time and runs every
- * unit of its range over the chunk, a weight's panels in one call of its panel kernel: the kernel
+ * pair by pair. The units of all weights of the group, one after the other, are cut into blocks
+ * that the threads claim chunk by chunk of tokens (matmul_thread); a thread runs every unit of its
+ * block over the chunk, a weight's panels in one call of its panel kernel: the kernel
  * reads a panel once per chunk and reuses each weight block for a tile of tokens, or with few
  * tokens works on several panels at once (kernels_panel.inc); the chunk's activations stay in L2.
  * No output element depends on the unit, the chunk or the thread that computes it: the panel
@@ -125,6 +133,10 @@ typedef struct matmul_task {
     int64_t n_tok;
     int64_t chunk; /* tokens per chunk */
     int64_t n_units;
+    int64_t block;         /* units per claim */
+    int64_t n_blocks;      /* claims per chunk: ceil(n_units / block) */
+    int64_t n_claims;      /* n_blocks * the number of chunks */
+    _Atomic int64_t claim; /* the next claim to hand out */
     matmul_job job[FORWARD_MAX_GROUP];
 } matmul_task;
 
@@ -203,13 +215,20 @@ static void quantize_thread(void *arg, uint32_t ith, uint32_t nth) {
                       split_begin(q->n_tok, ith + 1, nth), q->n_in, q->vt);
 }
 
+/* Claims (chunk, block of units) pairs in order, chunk by chunk, until none are left: a thread
+ * that streams its weights faster, or starts sooner, takes more of them, so the threads of a run
+ * finish together instead of the quicker one waiting at the end of every product. */
 static void matmul_thread(void *arg, uint32_t ith, uint32_t nth) {
-    const matmul_task *task = arg;
-    const int64_t u0 = split_begin(task->n_units, ith, nth);
-    const int64_t u1 = split_begin(task->n_units, ith + 1, nth);
-    for (int64_t t0 = 0; t0 < task->n_tok; t0 += task->chunk) {
+    (void)nth;
+    matmul_task *task = arg;
+    for (;;) {
+        const int64_t k = atomic_fetch_add_explicit(&task->claim, 1, memory_order_relaxed);
+        if (k >= task->n_claims) return;
+        const int64_t t0 = k / task->n_blocks * task->chunk;
         const int64_t t1 = t0 + task->chunk < task->n_tok ? t0 + task->chunk : task->n_tok;
-        /* The thread's range, cut where one job's units end and the next one's begin. */
+        const int64_t u0 = k % task->n_blocks * task->block;
+        const int64_t u1 = u0 + task->block < task->n_units ? u0 + task->block : task->n_units;
+        /* The block, cut where one job's units end and the next one's begin. */
         int j = 0;
         for (int64_t u = u0; u < u1;) {
             while (u >= task->job[j].first_unit + task->job[j].n_units) j++;
@@ -268,6 +287,12 @@ void forward_matmul_group(struct model_runner *r, int n, float *const *out,
     if (heavy && chunk < FORWARD_HEAVY_WEIGHT_CHUNK_TOKENS)
         chunk = FORWARD_HEAVY_WEIGHT_CHUNK_TOKENS;
     task.chunk = chunk < 16 ? 16 : chunk;
+    const int64_t n_threads = threadpool_n_threads(r->pool);
+    task.block = task.n_units / (n_threads * FORWARD_MATMUL_CLAIMS_PER_THREAD);
+    if (task.block < 1) task.block = 1;
+    task.n_blocks = (task.n_units + task.block - 1) / task.block;
+    task.n_claims = task.n_blocks * ((n_tok + task.chunk - 1) / task.chunk);
+    atomic_init(&task.claim, 0);
     threadpool_run_slices(r->pool, matmul_thread, &task);
 }
 
