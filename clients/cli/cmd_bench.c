@@ -413,8 +413,10 @@ static void bench_print_human(FILE *out, const bench_opts *o, const bench_result
     fprintf(out, "bytes/tok  %.1f MiB (weights read per token + KV at the average position)\n",
             (double)res->bytes_per_token / 1048576.0);
     fprintf(out,
-            "bandwidth  %.2f GB/s (streaming read of %" PRIu64 " MiB, %u threads, best of %d)\n",
-            res->bandwidth * 1e-9, res->bw_bytes >> 20, res->threads, BENCH_BANDWIDTH_PASSES);
+            "bandwidth  %.2f GB/s (streaming read of %" PRIu64
+            " MiB, %u threads, best of %d with 1 and %d streams per thread)\n",
+            res->bandwidth * 1e-9, res->bw_bytes >> 20, res->threads, BENCH_BANDWIDTH_PASSES,
+            BENCH_BANDWIDTH_STREAMS);
     double c = bench_ceiling(res);
     if (c >= 0)
         fprintf(out, "ceiling    %.1f%% of bandwidth / bytes_per_token = %.2f tok/s\n", 100.0 * c,

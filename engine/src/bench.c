@@ -3,7 +3,10 @@
  *
  * The bandwidth read is deliberately plain C: eight independent 64-bit sums per 64-byte line keep
  * the loop bound by loads rather than by an add chain, and even scalar loads at two per cycle
- * outrun the memory bandwidth a core gets, so no SIMD is needed to saturate it.
+ * outrun the memory bandwidth a core gets, so no SIMD is needed to saturate it. A core reads
+ * faster from several streams far apart than from one (the decode kernels read Q4_0, Q8_0 and
+ * F16 weights so), so half the passes read each thread's share as BENCH_BANDWIDTH_STREAMS runs
+ * side by side; the best pass of either kind counts.
  */
 #include "corral/bench.h"
 
@@ -23,6 +26,7 @@ typedef struct bench_bw_job {
     uint64_t *buf;
     size_t n_lines; /* 64-byte lines */
     int write;
+    int streams; /* a thread's share read as this many runs side by side */
     uint64_t sink[THREADPOOL_MAX_THREADS * 8]; /* one cache line per thread: no false sharing */
 } bench_bw_job;
 
@@ -35,8 +39,15 @@ static void bench_bw_run(void *arg, uint32_t ith, uint32_t nth) {
         return;
     }
     uint64_t s[8] = {0};
-    for (; p < end; p += 8)
-        for (int k = 0; k < 8; k++) s[k] += p[k];
+    /* The share as `streams` runs of equal length, line k of every run in turn (the rest after). */
+    const size_t run = (l1 - l0) / (size_t)job->streams;
+    for (size_t k = 0; k < run; k++)
+        for (int r = 0; r < job->streams; r++) {
+            const uint64_t *line = p + ((size_t)r * run + k) * 8;
+            for (int w = 0; w < 8; w++) s[w] += line[w];
+        }
+    for (uint64_t *q = p + run * (size_t)job->streams * 8; q < end; q += 8)
+        for (int w = 0; w < 8; w++) s[w] += q[w];
     /* Stored, so the compiler cannot drop the reads. */
     job->sink[ith * 8] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
@@ -63,6 +74,7 @@ double bench_memory_bandwidth(threadpool *pool, uint64_t bytes) {
     job->write = 0;
     double best = 0;
     for (int pass = 0; pass < BENCH_BANDWIDTH_PASSES; pass++) {
+        job->streams = pass % 2 ? BENCH_BANDWIDTH_STREAMS : 1;
         double t0 = bench_seconds();
         threadpool_run(pool, bench_bw_run, job);
         double bw = (double)job->n_lines * 64.0 / (bench_seconds() - t0);

@@ -14,9 +14,11 @@
 #include "corral/status.h"
 #include "corral/threadpool.h"
 
-/* Passes of bench_memory_bandwidth; the best counts (the others absorb page faults, frequency
- * ramps and neighbours' noise). */
-#define BENCH_BANDWIDTH_PASSES 5
+/* Passes of bench_memory_bandwidth, alternately one stream and BENCH_BANDWIDTH_STREAMS streams per
+ * thread; the best counts (the others absorb page faults, frequency ramps and neighbours'
+ * noise). */
+#define BENCH_BANDWIDTH_PASSES  6
+#define BENCH_BANDWIDTH_STREAMS 4
 
 /* The name of the kernel table the engine's forward pass uses in this process ("scalar", "avx2",
  * "avx2+vnni", "avx512", "avx512+vnni"), as chosen from the CPU and CORRAL_CPU. NULL with err
@@ -24,7 +26,8 @@
 const char *bench_kernel_path(corral_error *err);
 
 /* Best read bandwidth in bytes/s of BENCH_BANDWIDTH_PASSES streaming reads of a `bytes`-byte
- * buffer split over the pool's threads (NULL: the calling thread alone). The buffer is written
+ * buffer split over the pool's threads (NULL: the calling thread alone), each thread's share read
+ * as one stream or as BENCH_BANDWIDTH_STREAMS streams far apart. The buffer is written
  * once first, by the threads that then read it. Allocates and frees the buffer; returns -1 when
  * it cannot be allocated. Uses the pool for one run at a time (see threadpool.h). */
 double bench_memory_bandwidth(threadpool *pool, uint64_t bytes);
