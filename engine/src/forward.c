@@ -41,7 +41,6 @@
  */
 #include <math.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "model_impl.h"
