@@ -677,6 +677,45 @@ static gguf_file *file_parse(const uint8_t *base, uint64_t size, const char *pat
     return f;
 }
 
+/* Files of at least this size are mapped at an address that is a multiple of it. */
+#define GGUF_MAP_ALIGN ((size_t)2 << 20)
+
+/*
+ * Map size bytes of fd read-only. A file of 2 MiB or more goes to a 2 MiB-aligned address (a
+ * reservation a little larger than the file, the file mapped over it with MAP_FIXED, the rest
+ * given back) and is marked MADV_HUGEPAGE: where the page cache holds a 2 MiB-aligned stretch of
+ * the file in one 2 MiB page (ext4 and xfs read files into such pages, the more so for a mapping
+ * so marked), the kernel can then map it with one page-table entry instead of 512. Weights are
+ * read in long streams; on a VM, whose page walks are costly, a decode step over a TinyLlama
+ * Q4_0 image ran 35% faster on 2 threads mapped so (README, engine speed). MAP_FAILED with errno
+ * set on failure.
+ */
+static void *map_file(int fd, size_t size) {
+    if (size < GGUF_MAP_ALIGN) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t mapped = (size + page - 1) / page * page;
+    const size_t reserved = mapped + GGUF_MAP_ALIGN;
+    uint8_t *area = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0);
+    if (area == MAP_FAILED) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    uint8_t *start =
+        (uint8_t *)(((uintptr_t)area + GGUF_MAP_ALIGN - 1) & ~(uintptr_t)(GGUF_MAP_ALIGN - 1));
+    void *map = mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (map == MAP_FAILED) {
+        const int e = errno;
+        munmap(area, reserved);
+        errno = e;
+        return MAP_FAILED;
+    }
+    if (start > area) munmap(area, (size_t)(start - area));
+    if (start + mapped < area + reserved)
+        munmap(start + mapped, (size_t)(area + reserved - (start + mapped)));
+#if defined(MADV_HUGEPAGE)
+    madvise(start, size, MADV_HUGEPAGE); /* advice only: without THP the mapping works the same */
+#endif
+    return start;
+}
+
 gguf_file *gguf_open(const char *path, corral_error *err) {
     if (!path) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "gguf_open: path is NULL");
@@ -708,7 +747,7 @@ gguf_file *gguf_open(const char *path, corral_error *err) {
         return NULL;
     }
     size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = map_file(fd, size);
     int e = errno;
     close(fd); /* the mapping keeps the file alive */
     if (map == MAP_FAILED) {

@@ -984,6 +984,42 @@ END_TEST
 
 /* ---- limits -------------------------------------------------------------------------------- */
 
+/* A file of 2 MiB or more is mapped at a 2 MiB boundary (so that the kernel can map it in 2 MiB
+ * pages), and reads back the same as any other. */
+START_TEST(test_large_file_mapped_aligned) {
+    corral_error err;
+    const int64_t n = 800 * 1024; /* 3.2 MB of F32 */
+    float *data = malloc((size_t)n * sizeof *data);
+    ck_assert_ptr_nonnull(data);
+    for (int64_t i = 0; i < n; i++) data[i] = (float)i * 0.5f;
+    gguf_builder *b = gguf_builder_new();
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(gguf_builder_set_str(b, "general.architecture", "llama"), CORRAL_OK);
+    const int64_t ne[1] = {n};
+    ck_assert_int_eq(gguf_builder_add_tensor(b, "big", TENSOR_TYPE_F32, 1, ne, data, &err),
+                     CORRAL_OK);
+    const char *path = tmp_path("large.gguf");
+    ck_assert_int_eq(gguf_builder_write(b, path, &err), CORRAL_OK);
+    gguf_builder_destroy(&b);
+    gguf_file *f = gguf_open(path, &err);
+    ck_assert_msg(f != NULL, "%s", err.message);
+    ck_assert_uint_ge(gguf_file_size(f), (uint64_t)n * 4);
+    ck_assert_uint_eq((uintptr_t)gguf_file_data(f) % (2u << 20), 0);
+    const gguf_tensor *t = gguf_find_tensor(f, "big");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(memcmp(t->data, data, (size_t)n * sizeof *data), 0);
+    /* The last byte of the file is readable (the mapping was not cut short by the alignment). */
+    const uint8_t *base = gguf_file_data(f);
+    size_t size;
+    uint8_t *whole = read_whole(path, &size);
+    ck_assert_uint_eq(size, gguf_file_size(f));
+    ck_assert_uint_eq(base[size - 1], whole[size - 1]);
+    free(whole);
+    gguf_destroy(&f);
+    free(data);
+}
+END_TEST
+
 START_TEST(test_empty_file_opens) {
     tbuf t = {0};
     tb_header(&t, 3, 0, 0);
@@ -1689,6 +1725,7 @@ static Suite *gguf_suite(void) {
     TCase *limits = tcase_create("limits");
     tcase_add_unchecked_fixture(limits, tmp_dir_setup, tmp_dir_teardown);
     tcase_add_test(limits, test_empty_file_opens);
+    tcase_add_test(limits, test_large_file_mapped_aligned);
     tcase_add_test(limits, test_empty_strings);
     tcase_add_test(limits, test_huge_string_array);
     tcase_add_test(limits, test_alignment_extremes);

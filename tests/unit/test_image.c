@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -302,6 +303,70 @@ START_TEST(test_write_open_verify) {
 }
 END_TEST
 
+/* Pages of the file at path that are in the page cache (mincore over a mapping of it). */
+static size_t cached_pages(const char *path, size_t *total) {
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    struct stat sb;
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), n = ((size_t)sb.st_size + page - 1) / page;
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    ck_assert(map != MAP_FAILED);
+    unsigned char *vec = malloc(n);
+    ck_assert_int_eq(mincore(map, (size_t)sb.st_size, vec), 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < n; i++) resident += vec[i] & 1;
+    free(vec);
+    munmap(map, (size_t)sb.st_size);
+    close(fd);
+    *total = n;
+    return resident;
+}
+
+/* The writer lets the image's pages go once they are on disk, so that the first reader reads
+ * the file afresh (and the kernel can map it in 2 MiB pages). Checked where the file system
+ * drops clean pages on request at all (tmpfs, for one, cannot): a plain file written, synced and
+ * dropped the same way is the control. */
+START_TEST(test_written_image_leaves_page_cache) {
+    static uint8_t bytes[1 << 20];
+    memset(bytes, 0x5a, sizeof bytes);
+    const char *control = tmp_path("control.bin");
+    write_file(control, bytes, sizeof bytes);
+    int fd = open(control, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fsync(fd), 0);
+    ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+    size_t total;
+    const bool fs_drops = cached_pages(control, &total) == 0;
+
+    const char *path = tmp_path("img.gguf");
+    corral_error err;
+    image_writer *w = image_writer_new("test-kind", FP_A, &err);
+    ck_assert_ptr_nonnull(w);
+    const int64_t ne[1] = {sizeof bytes};
+    ck_assert_int_eq(image_writer_add_tensor(w, "bytes", TENSOR_TYPE_I8, 1, ne, bytes, &err),
+                     CORRAL_OK);
+    ck_assert_msg(image_writer_write(w, path, &err) == CORRAL_OK, "%s", err.message);
+    image_writer_destroy(&w);
+    const size_t cached = cached_pages(path, &total);
+    ck_assert_uint_gt(total, 256);
+    if (fs_drops)
+        ck_assert_msg(cached == 0, "%zu of %zu pages of a written image still cached", cached,
+                      total);
+    else
+        fprintf(stderr, "test_written_image_leaves_page_cache: this file system keeps clean "
+                        "pages; only the image's contents are checked\n");
+    image_problem problem;
+    image *im = image_open(path, "test-kind", FP_A, IMAGE_VERIFY_FULL, &problem, &err);
+    ck_assert_msg(im != NULL, "%s", err.message);
+    const gguf_tensor *t = gguf_find_tensor(image_gguf(im), "bytes");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(memcmp(t->data, bytes, sizeof bytes), 0);
+    image_destroy(&im);
+}
+END_TEST
+
 /* Flips one byte of the file at offset off. */
 static void flip_byte(const char *path, uint64_t off) {
     int fd = open(path, O_RDWR);
@@ -546,6 +611,7 @@ static Suite *image_suite(void) {
     tcase_add_test(core, test_fingerprint_of_file_tracks_identity);
     tcase_add_test(core, test_write_open_verify);
     tcase_add_test(core, test_empty_image);
+    tcase_add_test(core, test_written_image_leaves_page_cache);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_checked_fixture(limits, tmp_setup, tmp_teardown);

@@ -68,7 +68,9 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
-/* Map and validate the file at `path`. Caller owns the result (gguf_destroy). On failure returns
+/* Map and validate the file at `path` (a file of 2 MiB or more at a 2 MiB-aligned address, advised
+ * MADV_HUGEPAGE, so that the kernel can map it in 2 MiB pages where the page cache holds it so).
+ * Caller owns the result (gguf_destroy). On failure returns
  * NULL and fills err: CORRAL_NOT_FOUND / CORRAL_IO for the file system, CORRAL_UNSUPPORTED for
  * version 1 or a big-endian file, CORRAL_FORMAT for anything malformed, with a message naming the
  * path, what was wrong and where (key name, tensor name, byte offset). */

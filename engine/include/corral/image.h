@@ -119,7 +119,9 @@ corral_status image_writer_add_tensor_fill(image_writer *w, const char *name, ui
                                            gguf_tensor_fill_fn fill, void *user, corral_error *err);
 
 /* Write the image to path atomically (see the file comment). A fill error or an I/O error leaves
- * no file at path (an older file there is kept) and no temporary behind. Call once per writer. */
+ * no file at path (an older file there is kept) and no temporary behind. Once the bytes are on
+ * disk their pages are dropped from the page cache, so that the first reader reads them afresh
+ * (and the kernel can map them in 2 MiB pages). Call once per writer. */
 corral_status image_writer_write(image_writer *w, const char *path, corral_error *err);
 
 /* ---- reading --------------------------------------------------------------------------------- */
