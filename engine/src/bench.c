@@ -30,6 +30,22 @@ typedef struct bench_bw_job {
     uint64_t sink[THREADPOOL_MAX_THREADS * 8]; /* one cache line per thread: no false sharing */
 } bench_bw_job;
 
+uint64_t bench_read_lines(const void *buf, size_t n_lines, int streams) {
+    const uint64_t *p = buf;
+    uint64_t s[8] = {0};
+    if (streams < 1) streams = 1;
+    /* `streams` runs of equal length, line k of every run in turn (the rest after). */
+    const size_t run = n_lines / (size_t)streams;
+    for (size_t k = 0; k < run; k++)
+        for (int r = 0; r < streams; r++) {
+            const uint64_t *line = p + ((size_t)r * run + k) * 8;
+            for (int w = 0; w < 8; w++) s[w] += line[w];
+        }
+    for (const uint64_t *q = p + run * (size_t)streams * 8; q < p + n_lines * 8; q += 8)
+        for (int w = 0; w < 8; w++) s[w] += q[w];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
 static void bench_bw_run(void *arg, uint32_t ith, uint32_t nth) {
     bench_bw_job *job = arg;
     const size_t l0 = job->n_lines * ith / nth, l1 = job->n_lines * (ith + 1) / nth;
@@ -38,18 +54,8 @@ static void bench_bw_run(void *arg, uint32_t ith, uint32_t nth) {
         for (uint64_t *q = p; q < end; q++) *q = (uint64_t)(q - job->buf);
         return;
     }
-    uint64_t s[8] = {0};
-    /* The share as `streams` runs of equal length, line k of every run in turn (the rest after). */
-    const size_t run = (l1 - l0) / (size_t)job->streams;
-    for (size_t k = 0; k < run; k++)
-        for (int r = 0; r < job->streams; r++) {
-            const uint64_t *line = p + ((size_t)r * run + k) * 8;
-            for (int w = 0; w < 8; w++) s[w] += line[w];
-        }
-    for (uint64_t *q = p + run * (size_t)job->streams * 8; q < end; q += 8)
-        for (int w = 0; w < 8; w++) s[w] += q[w];
     /* Stored, so the compiler cannot drop the reads. */
-    job->sink[ith * 8] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+    job->sink[ith * 8] = bench_read_lines(p, l1 - l0, job->streams);
 }
 
 static double bench_seconds(void) {

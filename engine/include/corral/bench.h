@@ -9,6 +9,7 @@
 #ifndef CORRAL_BENCH_H
 #define CORRAL_BENCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "corral/status.h"
@@ -31,6 +32,11 @@ const char *bench_kernel_path(corral_error *err);
  * once first, by the threads that then read it. Allocates and frees the buffer; returns -1 when
  * it cannot be allocated. Uses the pool for one run at a time (see threadpool.h). */
 double bench_memory_bandwidth(threadpool *pool, uint64_t bytes);
+
+/* The sum of the 64-bit words of n_lines 64-byte lines at buf (8-byte aligned), read as `streams`
+ * runs of equal length side by side, line by line (the lines left over after them): the plain
+ * read that bench_memory_bandwidth times, for benchmarks that set a kernel against it. */
+uint64_t bench_read_lines(const void *buf, size_t n_lines, int streams);
 
 /* Size of the largest CPU cache (the last level) in bytes from sysfs, 0 when unknown. */
 uint64_t bench_llc_bytes(void);
