@@ -683,12 +683,11 @@ static gguf_file *file_parse(const uint8_t *base, uint64_t size, const char *pat
 /*
  * Map size bytes of fd read-only. A file of 2 MiB or more goes to a 2 MiB-aligned address (a
  * reservation a little larger than the file, the file mapped over it with MAP_FIXED, the rest
- * given back) and is marked MADV_HUGEPAGE: where the page cache holds a 2 MiB-aligned stretch of
- * the file in one 2 MiB page (ext4 and xfs read files into such pages, the more so for a mapping
- * so marked), the kernel can then map it with one page-table entry instead of 512. Weights are
- * read in long streams; on a VM, whose page walks are costly, a decode step over a TinyLlama
- * Q4_0 image ran 35% faster on 2 threads mapped so (README, engine speed). MAP_FAILED with errno
- * set on failure.
+ * given back): where the page cache holds a 2 MiB-aligned stretch of the file in one 2 MiB page
+ * (ext4 and xfs read files into such pages, the more so in a stretch advised GGUF_PAGES_STREAMED),
+ * the kernel can then map it with one page-table entry instead of 512. Weights are read in long
+ * streams; on a VM, whose page walks are costly, a decode step over a TinyLlama Q4_0 image ran
+ * 35% faster on 2 threads mapped so (README, engine speed). MAP_FAILED with errno set on failure.
  */
 static void *map_file(int fd, size_t size) {
     if (size < GGUF_MAP_ALIGN) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -710,9 +709,6 @@ static void *map_file(int fd, size_t size) {
     if (start > area) munmap(area, (size_t)(start - area));
     if (start + mapped < area + reserved)
         munmap(start + mapped, (size_t)(area + reserved - (start + mapped)));
-#if defined(MADV_HUGEPAGE)
-    madvise(start, size, MADV_HUGEPAGE); /* advice only: without THP the mapping works the same */
-#endif
     return start;
 }
 
@@ -806,6 +802,26 @@ const void *gguf_file_data(const gguf_file *f) {
 void gguf_release_pages(const gguf_file *f) {
     /* The mapping starts on a page boundary (mmap's result) and is read-only: no data is lost. */
     if (f && f->mapped && f->size > 0) madvise((void *)f->base, (size_t)f->size, MADV_DONTNEED);
+}
+
+void gguf_advise_pages(const gguf_file *f, const void *p, size_t n, gguf_page_use use) {
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+    if (!f || !f->mapped || !p || n == 0) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = (uintptr_t)f->base, hi = lo + (uintptr_t)f->size;
+    uintptr_t a = (uintptr_t)p, b = a + n;
+    if (b < a || a >= hi || b <= lo) return;
+    if (a < lo) a = lo;
+    if (b > hi) b = hi;
+    a &= ~(page - 1);
+    b = (b + page - 1) & ~(page - 1);
+    madvise((void *)a, b - a, use == GGUF_PAGES_STREAMED ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+    (void)f;
+    (void)p;
+    (void)n;
+    (void)use;
+#endif
 }
 
 uint64_t gguf_data_offset(const gguf_file *f) {

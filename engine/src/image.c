@@ -466,12 +466,13 @@ corral_status image_writer_write(image_writer *w, const char *path, corral_error
         ok = false;
         e = errno;
     }
-    /* The bytes are on disk: let their pages go from the page cache. The pages a write leaves there
-     * are small ones, and a mapping of them stays 4 KiB page by page for as long as they are
-     * cached; read back afresh (the readers map images with MADV_HUGEPAGE, gguf.c), the kernel
-     * can hold and map them in 2 MiB pages. On a 2-core VM a decode step over a repacked
-     * TinyLlama Q4_0 ran at 47-60 tok/s from the pages the write left and at 72-79 from pages
-     * read back (README, engine speed); the cost is one read of the image after it is made. */
+    /* The bytes are on disk: let their pages go from the page cache. The pages a write leaves
+     * there are small ones, and a mapping of them stays 4 KiB page by page for as long as they
+     * are cached; read back afresh (gguf.c maps large files 2 MiB-aligned, and the weights'
+     * reader advises them streamed), the kernel can hold and map them in 2 MiB pages. On a
+     * 2-core VM a decode step over a repacked TinyLlama Q4_0 ran at 45-54 tok/s from the pages
+     * the write left and at 79-80 from pages read back (README, engine speed); the cost is one
+     * read of the image after it is made. */
     if (ok) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     if (fd >= 0 && close(fd) != 0 && ok) {
         ok = false;

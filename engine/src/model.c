@@ -257,6 +257,33 @@ static bool same_file(model_file_id a, model_file_id b) {
            a.mtime_ns == b.mtime_ns && a.ctime_s == b.ctime_s && a.ctime_ns == b.ctime_ns;
 }
 
+/*
+ * Page sizes for the model file's mapping (gguf_advise_pages). Once the matrices are repacked the
+ * file is read only here and there (embedding rows, norms), and a 2 MiB page read in and mapped
+ * for a norm of 8 KiB would hold 2 MiB of weights the process never reads again in its resident
+ * memory (measured: a TinyLlama Q4_0 run's mapping of the file at 127 MiB, against about 30
+ * read in small pages). So the file is sparse but for the matrices the forward pass streams from
+ * it in place: types without a panel kernel, matrices of less than a panel, reference mode.
+ */
+static void model_advise_file_pages(const struct model *m) {
+    gguf_advise_pages(m->file, gguf_file_data(m->file), gguf_file_size(m->file),
+                      GGUF_PAGES_SPARSE);
+    static const arch_role streamed[] = {ARCH_ROLE_ATTN_Q,   ARCH_ROLE_ATTN_K,  ARCH_ROLE_ATTN_V,
+                                         ARCH_ROLE_ATTN_OUT, ARCH_ROLE_FFN_GATE, ARCH_ROLE_FFN_UP,
+                                         ARCH_ROLE_FFN_DOWN};
+    const model_weight *out = &m->global[ARCH_ROLE_OUTPUT];
+    if (out->data && !out->panels)
+        gguf_advise_pages(m->file, out->data, (size_t)out->n_out * out->row_bytes,
+                          GGUF_PAGES_STREAMED);
+    for (uint32_t il = 0; il < m->hp.n_layer; il++)
+        for (size_t k = 0; k < sizeof streamed / sizeof streamed[0]; k++) {
+            const model_weight *w = model_layer_weight(m, il, streamed[k]);
+            if (w->data && !w->panels)
+                gguf_advise_pages(m->file, w->data, (size_t)w->n_out * w->row_bytes,
+                                  GGUF_PAGES_STREAMED);
+        }
+}
+
 model *model_load(const char *path, const model_params *params, corral_error *err) {
     struct model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -297,6 +324,7 @@ model *model_load(const char *path, const model_params *params, corral_error *er
         goto fail_named;
     }
     if (model__repack(m, err) != CORRAL_OK) goto fail_named;
+    model_advise_file_pages(m);
     log_debug("model loaded", LOG_STR("path", path), LOG_STR("arch", m->hp.arch),
               LOG_UINT("layers", m->hp.n_layer), LOG_UINT("embd", m->hp.n_embd),
               LOG_UINT("vocab", m->hp.n_vocab), LOG_UINT("weight_bytes", m->weight_bytes));
@@ -336,6 +364,7 @@ corral_status model_weights_restore(model *m, corral_error *err) {
                                 gguf_path(m->file));
     const corral_status st = model__repack(m, err);
     if (st != CORRAL_OK) return corral_error_prefix(err, "%s", gguf_path(m->file));
+    model_advise_file_pages(m);
     m->released = 0;
     return CORRAL_OK;
 }

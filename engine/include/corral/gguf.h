@@ -68,9 +68,9 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
-/* Map and validate the file at `path` (a file of 2 MiB or more at a 2 MiB-aligned address, advised
- * MADV_HUGEPAGE, so that the kernel can map it in 2 MiB pages where the page cache holds it so).
- * Caller owns the result (gguf_destroy). On failure returns
+/* Map and validate the file at `path` (a file of 2 MiB or more at a 2 MiB-aligned address, so
+ * that the kernel can map it in 2 MiB pages where the page cache holds it so; gguf_advise_pages
+ * says which stretches want that). Caller owns the result (gguf_destroy). On failure returns
  * NULL and fills err: CORRAL_NOT_FOUND / CORRAL_IO for the file system, CORRAL_UNSUPPORTED for
  * version 1 or a big-endian file, CORRAL_FORMAT for anything malformed, with a message naming the
  * path, what was wrong and where (key name, tensor name, byte offset). */
@@ -93,6 +93,20 @@ const void *gguf_file_data(const gguf_file *f);   /* start of the mapping */
  * nothing and the pages come back from the page cache (or the disk) by faults on the next access.
  * Nothing for a file parsed from a caller's buffer. */
 void gguf_release_pages(const gguf_file *f);
+
+/* How a stretch of a mapped file is read, for the kernel's choice of page size. */
+typedef enum gguf_page_use {
+    GGUF_PAGES_STREAMED, /* read whole, again and again (weights a matrix product streams): 2 MiB
+                            pages, read ahead in 2 MiB pages */
+    GGUF_PAGES_SPARSE,   /* read here and there (embedding rows, norms, bytes never read again):
+                            4 KiB pages, so that a few bytes read map 4 KiB and not 2 MiB */
+} gguf_page_use;
+
+/* Advise the kernel how [p, p + n) of f's mapping is read (madvise MADV_HUGEPAGE or
+ * MADV_NOHUGEPAGE over the pages it touches; the part outside the mapping is ignored). Advice
+ * only: nothing for a file parsed from a caller's buffer or a kernel without transparent huge
+ * pages, and the contents read the same either way. */
+void gguf_advise_pages(const gguf_file *f, const void *p, size_t n, gguf_page_use use);
 uint64_t gguf_data_offset(const gguf_file *f);    /* file offset of the data section */
 
 /* ---- metadata ------------------------------------------------------------------------------- */
