@@ -1020,6 +1020,76 @@ START_TEST(test_large_file_mapped_aligned) {
 }
 END_TEST
 
+/* The VmFlags line of /proc/self/smaps for the mapping that holds p ("" when not found). */
+static void vm_flags_at(const void *p, char *flags, size_t cap) {
+    flags[0] = 0;
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    ck_assert_ptr_nonnull(fp);
+    char line[512];
+    bool inside = false;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            strncpy(flags, line + 8, cap - 1);
+            flags[cap - 1] = 0;
+            break;
+        }
+    }
+    fclose(fp);
+}
+
+/* Page-size advice lands on the pages asked for (VmFlags hg / nh) and nowhere else; ranges
+ * outside the mapping, empty ones and a buffer-parsed file are ignored. */
+START_TEST(test_advise_pages) {
+    corral_error err;
+    const int64_t n = 1024 * 1024; /* 4 MiB of F32: two 2 MiB stretches */
+    float *data = calloc((size_t)n, sizeof *data);
+    ck_assert_ptr_nonnull(data);
+    gguf_builder *b = gguf_builder_new();
+    ck_assert_int_eq(gguf_builder_set_str(b, "general.architecture", "llama"), CORRAL_OK);
+    const int64_t ne[1] = {n};
+    ck_assert_int_eq(gguf_builder_add_tensor(b, "big", TENSOR_TYPE_F32, 1, ne, data, &err),
+                     CORRAL_OK);
+    const char *path = tmp_path("advise.gguf");
+    ck_assert_int_eq(gguf_builder_write(b, path, &err), CORRAL_OK);
+    gguf_builder_destroy(&b);
+    gguf_file *f = gguf_open(path, &err);
+    ck_assert_ptr_nonnull(f);
+    const uint8_t *base = gguf_file_data(f);
+    const size_t size = (size_t)gguf_file_size(f);
+    /* Ignored: nothing to do, and no crash. */
+    gguf_advise_pages(f, NULL, 100, GGUF_PAGES_SPARSE);
+    gguf_advise_pages(f, base, 0, GGUF_PAGES_SPARSE);
+    gguf_advise_pages(f, base + size + 4096, 4096, GGUF_PAGES_SPARSE);
+    gguf_advise_pages(NULL, base, size, GGUF_PAGES_SPARSE);
+    char flags[512];
+    vm_flags_at(base, flags, sizeof flags);
+    ck_assert_msg(flags[0] != 0, "the mapping is not in /proc/self/smaps");
+    ck_assert_ptr_null(strstr(flags, " nh"));
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0) {
+        /* The second half sparse (from inside a page: the advice covers the pages it touches). */
+        gguf_advise_pages(f, base + size / 2 + 100, size, GGUF_PAGES_SPARSE);
+        gguf_advise_pages(f, base, size / 2, GGUF_PAGES_STREAMED);
+        vm_flags_at(base, flags, sizeof flags);
+        ck_assert_msg(strstr(flags, " hg") && !strstr(flags, " nh"), "first half: %s", flags);
+        vm_flags_at(base + size - 1, flags, sizeof flags);
+        ck_assert_msg(strstr(flags, " nh") && !strstr(flags, " hg"), "second half: %s", flags);
+    }
+    gguf_destroy(&f);
+    /* A buffer-parsed file: advice is a no-op. */
+    size_t bsize;
+    uint8_t *whole = read_whole(path, &bsize);
+    gguf_file *fb = gguf_open_buffer(whole, bsize, "buffer", &err);
+    ck_assert_ptr_nonnull(fb);
+    gguf_advise_pages(fb, whole, bsize, GGUF_PAGES_SPARSE);
+    gguf_destroy(&fb);
+    free(whole);
+    free(data);
+}
+END_TEST
+
 START_TEST(test_empty_file_opens) {
     tbuf t = {0};
     tb_header(&t, 3, 0, 0);
@@ -1726,6 +1796,7 @@ static Suite *gguf_suite(void) {
     tcase_add_unchecked_fixture(limits, tmp_dir_setup, tmp_dir_teardown);
     tcase_add_test(limits, test_empty_file_opens);
     tcase_add_test(limits, test_large_file_mapped_aligned);
+    tcase_add_test(limits, test_advise_pages);
     tcase_add_test(limits, test_empty_strings);
     tcase_add_test(limits, test_huge_string_array);
     tcase_add_test(limits, test_alignment_extremes);
