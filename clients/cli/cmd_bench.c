@@ -68,6 +68,7 @@ typedef struct bench_result {
     bench_spread pp, tg; /* tokens/s */
     double load_ms_warm, load_ms_cold, cold_resident, ready_ms_warm;
     uint64_t peak_rss;
+    double huge_pages; /* bench_huge_page_fraction after generating, -1 unknown */
     double bandwidth; /* bytes/s */
     uint64_t bw_bytes;
     char cpu_path[32];      /* the engine's kernel table: "avx512+vnni", "scalar", ... */
@@ -193,6 +194,7 @@ static int bench_run(const bench_opts *o, bench_result *res) {
     res->threads = threadpool_n_threads(pool);
     res->load_ms_cold = -1;
     res->cold_resident = -1;
+    res->huge_pages = -1;
 
     struct stat st;
     if (stat(o->path, &st) != 0) {
@@ -302,6 +304,7 @@ static int bench_run(const bench_opts *o, bench_result *res) {
         o->n_gen ? BENCH_TG_PROMPT + 0.5 * (double)(o->n_gen + 1) : (double)BENCH_TG_PROMPT;
     res->bytes_per_token = bench_bytes_per_token(m, o->kv, avg_positions);
     res->peak_rss = bench_peak_rss_bytes();
+    res->huge_pages = bench_huge_page_fraction();
 
     uint64_t bw_bytes = o->bw_bytes;
     if (bw_bytes == 0) {
@@ -386,7 +389,9 @@ static void bench_print_json(FILE *out, const bench_opts *o, const bench_result 
     bench_json_num(out, "load_ms_cold", res->load_ms_cold, 0);
     bench_json_num(out, "ready_ms_warm", res->ready_ms_warm, 0);
     bench_json_num(out, "cold_resident_fraction", res->cold_resident, 0);
-    fprintf(out, "  \"peak_rss_bytes\": %" PRIu64 ",\n  \"cpu_path\": ", res->peak_rss);
+    fprintf(out, "  \"peak_rss_bytes\": %" PRIu64 ",\n", res->peak_rss);
+    bench_json_num(out, "huge_page_fraction", res->huge_pages, 0);
+    fprintf(out, "  \"cpu_path\": ");
     bench_json_str(out, res->cpu_path);
     fprintf(out, ",\n  \"cpu_features\": ");
     bench_json_str(out, res->cpu_features);
@@ -430,6 +435,9 @@ static void bench_print_human(FILE *out, const bench_opts *o, const bench_result
     fprintf(out, " (load + first token)\nready      %.1f ms warm (load, cache and runner)\n",
             res->ready_ms_warm);
     fprintf(out, "peak RSS   %.1f MiB\n", (double)res->peak_rss / 1048576.0);
+    if (res->huge_pages >= 0)
+        fprintf(out, "pages      %.0f%% of resident memory mapped in 2 MiB pages\n",
+                100.0 * res->huge_pages);
 }
 
 /* ---- command line ---------------------------------------------------------------------------- */

@@ -109,6 +109,22 @@ uint64_t bench_llc_bytes(void) {
     return best;
 }
 
+double bench_huge_page_fraction(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return -1;
+    char line[256];
+    uint64_t rss = 0, file_pmd = 0, anon_huge = 0, kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "Rss: %" SCNu64 " kB", &kb) == 1) rss = kb;
+        else if (sscanf(line, "FilePmdMapped: %" SCNu64 " kB", &kb) == 1) file_pmd = kb;
+        else if (sscanf(line, "AnonHugePages: %" SCNu64 " kB", &kb) == 1) anon_huge = kb;
+    }
+    fclose(f);
+    if (rss == 0) return -1;
+    const double fraction = (double)(file_pmd + anon_huge) / (double)rss;
+    return fraction > 1 ? 1 : fraction;
+}
+
 uint64_t bench_peak_rss_bytes(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;

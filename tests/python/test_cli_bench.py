@@ -30,6 +30,7 @@ REQUIRED_KEYS = {
     "load_ms_warm": float,
     "load_ms_cold": float,
     "peak_rss_bytes": int,
+    "huge_page_fraction": float,
     "threads": int,
     "cpu_path": str,
 }
@@ -115,6 +116,8 @@ def test_bench_json_has_every_key(tiny_model: Path):
     assert list(CACHE_DIR.glob("repack-tiny-q4_0-*.gguf")), list(CACHE_DIR.iterdir())
     assert result["peak_rss_bytes"] > size
     assert 0 <= result["cold_resident_fraction"] <= 1
+    # On Linux with /proc (the only platform corral runs on) the share is always known.
+    assert 0 <= result["huge_page_fraction"] <= 1
     # The engine's kernel table ("avx512+vnni", "scalar", ...), not the CPU's feature list.
     assert re.fullmatch(r"[a-z0-9+_]+", result["cpu_path"]), result["cpu_path"]
 

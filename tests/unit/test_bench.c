@@ -46,6 +46,9 @@ START_TEST(test_bandwidth_positive) {
     ck_assert(bench_memory_bandwidth(NULL, 1 << 20) > 0);
     threadpool_destroy(&pool);
     ck_assert(bench_peak_rss_bytes() > 0);
+    /* Known wherever /proc/self/smaps_rollup is (Linux 4.14 and later), and a share. */
+    const double huge = bench_huge_page_fraction();
+    ck_assert(huge >= 0 && huge <= 1);
 }
 END_TEST
 

@@ -41,6 +41,12 @@ uint64_t bench_read_lines(const void *buf, size_t n_lines, int streams);
 /* Size of the largest CPU cache (the last level) in bytes from sysfs, 0 when unknown. */
 uint64_t bench_llc_bytes(void);
 
+/* The share of this process's resident memory that the kernel maps in 2 MiB pages (FilePmdMapped
+ * + AnonHugePages over Rss, /proc/self/smaps_rollup), 0..1, or -1 when unknown. Decoding from
+ * weights mapped 4 KiB at a time ran a third slower on a 2-core VM (README, engine speed): this
+ * tells a benchmark which state it measured. */
+double bench_huge_page_fraction(void);
+
 /* Peak resident set size of this process (VmHWM of /proc/self/status) in bytes, 0 when unknown.
  * File-backed pages count: a mapped model's weights are in it once touched. */
 uint64_t bench_peak_rss_bytes(void);
