@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,25 +104,10 @@ static int32_t bench_argmax(const float *x, uint32_t n) {
 static double bench_drop_cache(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
-    double resident = -1;
-    struct stat st;
     fdatasync(fd); /* dirty pages cannot be dropped: write them first */
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
-        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        long page = sysconf(_SC_PAGESIZE);
-        size_t n_pages = ((size_t)st.st_size + (size_t)page - 1) / (size_t)page;
-        unsigned char *vec = malloc(n_pages);
-        if (map != MAP_FAILED && vec && mincore(map, (size_t)st.st_size, vec) == 0) {
-            size_t in = 0;
-            for (size_t i = 0; i < n_pages; i++) in += vec[i] & 1;
-            resident = (double)in / (double)n_pages;
-        }
-        free(vec);
-        if (map != MAP_FAILED) munmap(map, (size_t)st.st_size);
-    }
     close(fd);
-    return resident;
+    return bench_cached_fraction(path);
 }
 
 /* Load the model and compute one token's logits: the time a user waits for the first token.

@@ -10,10 +10,14 @@
  */
 #include "corral/bench.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels.h"
 
@@ -107,6 +111,28 @@ uint64_t bench_llc_bytes(void) {
         fclose(f);
     }
     return best;
+}
+
+double bench_cached_fraction(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    double cached = -1;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        const size_t n_pages = ((size_t)st.st_size + page - 1) / page;
+        unsigned char *vec = malloc(n_pages);
+        if (map != MAP_FAILED && vec && mincore(map, (size_t)st.st_size, vec) == 0) {
+            size_t in = 0;
+            for (size_t i = 0; i < n_pages; i++) in += vec[i] & 1;
+            cached = (double)in / (double)n_pages;
+        }
+        free(vec);
+        if (map != MAP_FAILED) munmap(map, (size_t)st.st_size);
+    }
+    close(fd);
+    return cached;
 }
 
 double bench_huge_page_fraction(void) {

@@ -1,7 +1,8 @@
 /*
  * test_bench.c — Check suite for the machine measurements of `corral bench` (corral/bench.h):
  * the plain read sums every word once whatever the stream count, the bandwidth is a positive
- * rate with or without a pool, and a buffer of less than one line is refused.
+ * rate with or without a pool, and a buffer of less than one line is refused; a file's cached
+ * share cannot be told for a missing or empty file.
  */
 #include <check.h>
 #include <stdint.h>
@@ -67,6 +68,8 @@ END_TEST
 START_TEST(test_bandwidth_refuses_sizes) {
     ck_assert(bench_memory_bandwidth(NULL, 0) < 0);
     ck_assert(bench_memory_bandwidth(NULL, 63) < 0); /* less than one line */
+    ck_assert(bench_cached_fraction("/nonexistent/corral-test-file") < 0);
+    ck_assert(bench_cached_fraction("/dev/null") < 0); /* empty: nothing to tell */
 }
 END_TEST
 

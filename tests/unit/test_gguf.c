@@ -984,6 +984,19 @@ END_TEST
 
 /* ---- limits -------------------------------------------------------------------------------- */
 
+/* A GGUF file at path holding one F32 tensor "big" of n elements. */
+static void write_one_f32_tensor(const char *path, const float *data, int64_t n) {
+    corral_error err;
+    gguf_builder *b = gguf_builder_new();
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(gguf_builder_set_str(b, "general.architecture", "llama"), CORRAL_OK);
+    const int64_t ne[1] = {n};
+    ck_assert_int_eq(gguf_builder_add_tensor(b, "big", TENSOR_TYPE_F32, 1, ne, data, &err),
+                     CORRAL_OK);
+    ck_assert_int_eq(gguf_builder_write(b, path, &err), CORRAL_OK);
+    gguf_builder_destroy(&b);
+}
+
 /* A file of 2 MiB or more is mapped at a 2 MiB boundary (so that the kernel can map it in 2 MiB
  * pages), and reads back the same as any other. */
 START_TEST(test_large_file_mapped_aligned) {
@@ -992,15 +1005,8 @@ START_TEST(test_large_file_mapped_aligned) {
     float *data = malloc((size_t)n * sizeof *data);
     ck_assert_ptr_nonnull(data);
     for (int64_t i = 0; i < n; i++) data[i] = (float)i * 0.5f;
-    gguf_builder *b = gguf_builder_new();
-    ck_assert_ptr_nonnull(b);
-    ck_assert_int_eq(gguf_builder_set_str(b, "general.architecture", "llama"), CORRAL_OK);
-    const int64_t ne[1] = {n};
-    ck_assert_int_eq(gguf_builder_add_tensor(b, "big", TENSOR_TYPE_F32, 1, ne, data, &err),
-                     CORRAL_OK);
     const char *path = tmp_path("large.gguf");
-    ck_assert_int_eq(gguf_builder_write(b, path, &err), CORRAL_OK);
-    gguf_builder_destroy(&b);
+    write_one_f32_tensor(path, data, n);
     gguf_file *f = gguf_open(path, &err);
     ck_assert_msg(f != NULL, "%s", err.message);
     ck_assert_uint_ge(gguf_file_size(f), (uint64_t)n * 4);
@@ -1047,14 +1053,8 @@ START_TEST(test_advise_pages) {
     const int64_t n = 1024 * 1024; /* 4 MiB of F32: two 2 MiB stretches */
     float *data = calloc((size_t)n, sizeof *data);
     ck_assert_ptr_nonnull(data);
-    gguf_builder *b = gguf_builder_new();
-    ck_assert_int_eq(gguf_builder_set_str(b, "general.architecture", "llama"), CORRAL_OK);
-    const int64_t ne[1] = {n};
-    ck_assert_int_eq(gguf_builder_add_tensor(b, "big", TENSOR_TYPE_F32, 1, ne, data, &err),
-                     CORRAL_OK);
     const char *path = tmp_path("advise.gguf");
-    ck_assert_int_eq(gguf_builder_write(b, path, &err), CORRAL_OK);
-    gguf_builder_destroy(&b);
+    write_one_f32_tensor(path, data, n);
     gguf_file *f = gguf_open(path, &err);
     ck_assert_ptr_nonnull(f);
     const uint8_t *base = gguf_file_data(f);

@@ -41,6 +41,10 @@ uint64_t bench_read_lines(const void *buf, size_t n_lines, int streams);
 /* Size of the largest CPU cache (the last level) in bytes from sysfs, 0 when unknown. */
 uint64_t bench_llc_bytes(void);
 
+/* The share of the pages of the file at path that are in the page cache (mincore over a mapping
+ * of it), 0..1, or -1 when it cannot be told (no file, empty, no mapping). */
+double bench_cached_fraction(const char *path);
+
 /* The share of this process's resident memory that the kernel maps in 2 MiB pages (FilePmdMapped
  * + AnonHugePages over Rss, /proc/self/smaps_rollup), 0..1, or -1 when unknown. Decoding from
  * weights mapped 4 KiB at a time ran a third slower on a 2-core VM (README, engine speed): this
