@@ -40,7 +40,7 @@
 /* The kind of image, and the version of the panel layout: a change of layout makes every older
  * image stale (the fingerprint covers it). */
 #define REPACK_IMAGE_KIND      "repacked-model"
-#define REPACK_LAYOUT          "panel16-v1"
+#define REPACK_LAYOUT          "panel16-v2" /* v2: Q6_K codes rearranged (kernels_panel.c) */
 #define REPACK_KEY_LAYOUT      "corral.repack.layout"
 #define REPACK_IMAGE_ALIGNMENT 64u
 
