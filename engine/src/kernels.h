@@ -76,7 +76,10 @@ typedef enum kernel_path {
  * goes to offset 16 * o + size * r. So a field keeps its place (times 16), each field becomes a
  * small [unit][row] array, and a panel is exactly as large as the 16 rows it holds. A weight
  * matrix in panel layout is its rows 16 at a time, then the rows left over (n_out % 16) as they
- * were (the dot kernel handles those).
+ * were (the dot kernel handles those). One type is rearranged within the block first: Q6_K's
+ * code bytes (ql, qh) are regrouped so that each byte holds one code in its low 6 bits and two
+ * bits of a fourth code on top (kernels_panel.c): the kernel takes three codes of four with one
+ * AND each.
  *
  * The arithmetic. Lane r computes exactly what the scalar vec_dot of row r computes, in the same
  * order: the same exact integer block sums, then the same float multiplies and adds, block after
