@@ -688,9 +688,12 @@ static gguf_file *file_parse(const uint8_t *base, uint64_t size, const char *pat
  * the kernel can then map it with one page-table entry instead of 512. Weights are read in long
  * streams; on a VM, whose page walks are costly, decoding with a TinyLlama Q4_0 image on 2
  * threads ran at 79-80 tok/s mapped so, 45-54 mapped in 4 KiB pages (README, engine speed).
- * MAP_FAILED with errno set on failure.
+ * With `streamed` the whole mapping is advised MADV_HUGEPAGE before anything reads it: the
+ * kernel's read-ahead from the first fault (parsing the header) would otherwise read the start of
+ * the file in small pages, and keep reading ahead in them while the caller populates the rest
+ * (measured: the first 40 MiB of a 571 MiB image). MAP_FAILED with errno set on failure.
  */
-static void *map_file(int fd, size_t size) {
+static void *map_file(int fd, size_t size, bool streamed) {
     if (size < GGUF_MAP_ALIGN) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     const size_t mapped = (size + page - 1) / page * page;
@@ -710,10 +713,11 @@ static void *map_file(int fd, size_t size) {
     if (start > area) munmap(area, (size_t)(start - area));
     if (start + mapped < area + reserved)
         munmap(start + mapped, (size_t)(area + reserved - (start + mapped)));
+    if (streamed) madvise(start, mapped, MADV_HUGEPAGE); /* advice: failure changes nothing */
     return start;
 }
 
-gguf_file *gguf_open(const char *path, corral_error *err) {
+static gguf_file *open_file(const char *path, bool streamed, corral_error *err) {
     if (!path) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "gguf_open: path is NULL");
         return NULL;
@@ -744,7 +748,7 @@ gguf_file *gguf_open(const char *path, corral_error *err) {
         return NULL;
     }
     size_t size = (size_t)st.st_size;
-    void *map = map_file(fd, size);
+    void *map = map_file(fd, size, streamed);
     int e = errno;
     close(fd); /* the mapping keeps the file alive */
     if (map == MAP_FAILED) {
@@ -752,6 +756,14 @@ gguf_file *gguf_open(const char *path, corral_error *err) {
         return NULL;
     }
     return file_parse(map, size, path, true, err);
+}
+
+gguf_file *gguf_open(const char *path, corral_error *err) {
+    return open_file(path, false, err);
+}
+
+gguf_file *gguf_open_streamed(const char *path, corral_error *err) {
+    return open_file(path, true, err);
 }
 
 gguf_file *gguf_open_buffer(const void *data, size_t size, const char *name, corral_error *err) {

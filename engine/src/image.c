@@ -576,7 +576,7 @@ image *image_open(const char *path, const char *kind, const char *fingerprint, i
         return NULL;
     }
     corral_error gerr;
-    im->f = gguf_open(path, &gerr);
+    im->f = gguf_open_streamed(path, &gerr);
     if (!im->f) {
         image_problem p = gerr.status == CORRAL_NOT_FOUND ? IMAGE_PROBLEM_MISSING
                           : gerr.status == CORRAL_FORMAT  ? IMAGE_PROBLEM_MALFORMED

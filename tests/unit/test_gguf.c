@@ -1090,6 +1090,42 @@ START_TEST(test_advise_pages) {
 }
 END_TEST
 
+/* gguf_open_streamed advises the whole mapping streamed (VmFlags hg) as it maps it, and reads the
+ * same as gguf_open, whose mapping carries no advice. */
+START_TEST(test_open_streamed_advised_from_the_start) {
+    corral_error err;
+    const int64_t n = 1024 * 1024; /* 4 MiB of F32 */
+    float *data = malloc((size_t)n * sizeof *data);
+    ck_assert_ptr_nonnull(data);
+    for (int64_t i = 0; i < n; i++) data[i] = (float)(i % 1000);
+    const char *path = tmp_path("streamed.gguf");
+    write_one_f32_tensor(path, data, n);
+    gguf_file *plain = gguf_open(path, &err);
+    ck_assert_msg(plain != NULL, "%s", err.message);
+    gguf_file *f = gguf_open_streamed(path, &err);
+    ck_assert_msg(f != NULL, "%s", err.message);
+    const gguf_tensor *t = gguf_find_tensor(f, "big");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(memcmp(t->data, data, (size_t)n * sizeof *data), 0);
+    ck_assert_uint_eq((uintptr_t)gguf_file_data(f) % (2u << 20), 0);
+    char flags[512];
+    vm_flags_at(gguf_file_data(plain), flags, sizeof flags);
+    ck_assert_msg(flags[0] != 0 && !strstr(flags, " hg"), "gguf_open: %s", flags);
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0) {
+        const uint8_t *base = gguf_file_data(f);
+        vm_flags_at(base, flags, sizeof flags);
+        ck_assert_msg(strstr(flags, " hg"), "start: %s", flags);
+        vm_flags_at(base + gguf_file_size(f) - 1, flags, sizeof flags);
+        ck_assert_msg(strstr(flags, " hg"), "end: %s", flags);
+    }
+    gguf_destroy(&plain);
+    gguf_destroy(&f);
+    ck_assert_ptr_null(gguf_open_streamed(tmp_path("no-such.gguf"), &err));
+    ck_assert_int_eq(err.status, CORRAL_NOT_FOUND);
+    free(data);
+}
+END_TEST
+
 START_TEST(test_empty_file_opens) {
     tbuf t = {0};
     tb_header(&t, 3, 0, 0);
@@ -1797,6 +1833,7 @@ static Suite *gguf_suite(void) {
     tcase_add_test(limits, test_empty_file_opens);
     tcase_add_test(limits, test_large_file_mapped_aligned);
     tcase_add_test(limits, test_advise_pages);
+    tcase_add_test(limits, test_open_streamed_advised_from_the_start);
     tcase_add_test(limits, test_empty_strings);
     tcase_add_test(limits, test_huge_string_array);
     tcase_add_test(limits, test_alignment_extremes);

@@ -76,6 +76,11 @@ typedef struct gguf_file gguf_file;
  * path, what was wrong and where (key name, tensor name, byte offset). */
 gguf_file *gguf_open(const char *path, corral_error *err);
 
+/* gguf_open for a file that is read whole, again and again (an image of weights or state): all of
+ * it GGUF_PAGES_STREAMED (gguf_advise_pages) before its header is read, so that the kernel reads
+ * even its first pages into 2 MiB pages. */
+gguf_file *gguf_open_streamed(const char *path, corral_error *err);
+
 /* Validate a GGUF image already in memory (tests, fuzzing). The buffer is borrowed: it must stay
  * valid and unchanged until gguf_destroy. `name` is used in messages. */
 gguf_file *gguf_open_buffer(const void *data, size_t size, const char *name, corral_error *err);
