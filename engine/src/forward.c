@@ -318,12 +318,13 @@ void forward_matmul_group(struct model_runner *r, int n, float *const *out,
     if (heavy && chunk < FORWARD_HEAVY_WEIGHT_CHUNK_TOKENS)
         chunk = FORWARD_HEAVY_WEIGHT_CHUNK_TOKENS;
     task.chunk = chunk < 16 ? 16 : chunk;
-    const int64_t n_threads = threadpool_n_threads(r->pool);
-    task.block = task.n_units / (n_threads * FORWARD_MATMUL_CLAIMS_PER_THREAD);
-    if (task.block < 1) task.block = 1;
-    task.n_blocks = (task.n_units + task.block - 1) / task.block;
-    task.n_claims =
-        n_tok <= task.chunk ? 0 : task.n_blocks * ((n_tok + task.chunk - 1) / task.chunk);
+    if (n_tok > task.chunk) { /* several chunks: (chunk, block) claims; else shrinking shares */
+        const int64_t n_threads = threadpool_n_threads(r->pool);
+        task.block = task.n_units / (n_threads * FORWARD_MATMUL_CLAIMS_PER_THREAD);
+        if (task.block < 1) task.block = 1;
+        task.n_blocks = (task.n_units + task.block - 1) / task.block;
+        task.n_claims = task.n_blocks * ((n_tok + task.chunk - 1) / task.chunk);
+    }
     atomic_init(&task.claim, 0);
     threadpool_run_slices(r->pool, matmul_thread, &task);
 }
