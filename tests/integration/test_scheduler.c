@@ -238,6 +238,16 @@ START_TEST(test_realtime_preempts_background) {
     enum { N_BG = 4 };
     raw bg[N_BG], rt;
     int tokens_after[N_BG] = {0};
+    /* The realtime client connects first and proves it with a ping: the count below must measure
+     * the scheduler, not a new connection's handshake (a few milliseconds on a loaded machine, in
+     * which every background stream would go on emitting tokens). */
+    raw_open(&rt, d.endpoint);
+    Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+    send_simple(&rt, 2, CORRAL__V1__REQUEST__BODY_PING, &ping);
+    Corral__V1__Response *pong = raw_recv(&rt, 5000);
+    ck_assert_ptr_nonnull(pong);
+    ck_assert_int_eq(pong->body_case, CORRAL__V1__RESPONSE__BODY_PONG);
+    corral__v1__response__free_unpacked(pong, NULL);
     for (int i = 0; i < N_BG; i++) {
         raw_open(&bg[i], d.endpoint);
         send_generate(&bg[i], 1, &(gen_opts){.model = "synth", .max_tokens = 400,
@@ -258,7 +268,6 @@ START_TEST(test_realtime_preempts_background) {
         Corral__V1__Response *resp;
         while ((resp = raw_recv(&bg[i], 0))) corral__v1__response__free_unpacked(resp, NULL);
     }
-    raw_open(&rt, d.endpoint);
     send_generate(&rt, 1, &(gen_opts){.model = "synth", .max_tokens = 8, .stream = true,
                                       .app = "speaker",
                                       .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME,
