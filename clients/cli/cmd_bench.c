@@ -8,6 +8,8 @@
  * number that compares across machines where raw tokens/s does not. Measured:
  *   pp   prompt processing: a batched prefill of p tokens from an empty cache, tokens/s
  *   tg   generation: n tokens one at a time (greedy, each fed back) after an 8-token prompt
+ *   (with --depth d, both after d positions already in the cache: a long conversation, where
+ *   attention over the cache adds to every token's cost)
  *   load load-to-first-token (model_load, cache, runner, one token's logits), warm (page cache
  *        holds the file) and cold (after posix_fadvise DONTNEED of the model file and of its
  *        repacked-weights image; best effort: pages that another process maps stay resident, so
@@ -50,6 +52,7 @@ typedef struct bench_opts {
     const char *cache_dir; /* for repacked weights; NULL: none (repacked in memory each load) */
     uint32_t threads;      /* 0: physical cores */
     uint32_t n_prompt, n_gen, reps;
+    uint32_t depth; /* positions in the cache before each pp and tg run */
     int json, cold;
     uint64_t bw_bytes; /* 0: automatic */
     kv_type kv;
@@ -223,10 +226,11 @@ static int bench_run(const bench_opts *o, bench_result *res) {
     const uint32_t n_vocab = res->hp.n_vocab;
 
     const uint32_t tg_len = o->n_gen ? BENCH_TG_PROMPT + o->n_gen : 0;
-    const uint32_t n_ctx = o->n_prompt > tg_len ? o->n_prompt : tg_len;
+    const uint64_t n_ctx64 = (uint64_t)o->depth + (o->n_prompt > tg_len ? o->n_prompt : tg_len);
+    const uint32_t n_ctx = n_ctx64 > res->hp.n_ctx_train ? UINT32_MAX : (uint32_t)n_ctx64;
     if (n_ctx > res->hp.n_ctx_train) {
-        cli_fail("bench", "%u positions are needed but %s has a context of %u tokens", n_ctx,
-                 o->path, res->hp.n_ctx_train);
+        cli_fail("bench", "%" PRIu64 " positions are needed but %s has a context of %u tokens",
+                 n_ctx64, o->path, res->hp.n_ctx_train);
         goto done;
     }
     const uint32_t max_batch = o->n_prompt > 512 ? 512 : o->n_prompt > 0 ? o->n_prompt : 8;
@@ -244,18 +248,24 @@ static int bench_run(const bench_opts *o, bench_result *res) {
         goto done;
     }
     bench_fill_tokens(ids, n_ctx > 0 ? n_ctx : 1, n_vocab);
+    /* The depth's positions once, untimed; every run then starts from them. */
+    if (o->depth > 0 && model_forward(r, kv, ids, o->depth, MODEL_LOGITS_NONE, NULL, &err)) {
+        cli_fail("bench", "%s", err.message);
+        goto done;
+    }
+    const int32_t *run_ids = ids + o->depth;
 
     if (o->n_prompt > 0) {
         /* A short untimed pass first, so the runner's scratch is touched. */
         uint32_t warm = o->n_prompt < 16 ? o->n_prompt : 16;
-        if (model_forward(r, kv, ids, warm, MODEL_LOGITS_LAST, logits, &err) != CORRAL_OK) {
+        if (model_forward(r, kv, run_ids, warm, MODEL_LOGITS_LAST, logits, &err) != CORRAL_OK) {
             cli_fail("bench", "%s", err.message);
             goto done;
         }
         for (uint32_t i = 0; i < o->reps; i++) {
-            kv_cache_truncate(kv, 0);
+            kv_cache_truncate(kv, o->depth);
             double t0 = bench_now();
-            if (model_forward(r, kv, ids, o->n_prompt, MODEL_LOGITS_LAST, logits, &err)) {
+            if (model_forward(r, kv, run_ids, o->n_prompt, MODEL_LOGITS_LAST, logits, &err)) {
                 cli_fail("bench", "%s", err.message);
                 goto done;
             }
@@ -265,8 +275,8 @@ static int bench_run(const bench_opts *o, bench_result *res) {
     }
     if (o->n_gen > 0) {
         for (uint32_t i = 0; i < o->reps; i++) {
-            kv_cache_truncate(kv, 0);
-            if (model_forward(r, kv, ids, BENCH_TG_PROMPT, MODEL_LOGITS_LAST, logits, &err)) {
+            kv_cache_truncate(kv, o->depth);
+            if (model_forward(r, kv, run_ids, BENCH_TG_PROMPT, MODEL_LOGITS_LAST, logits, &err)) {
                 cli_fail("bench", "%s", err.message);
                 goto done;
             }
@@ -283,9 +293,10 @@ static int bench_run(const bench_opts *o, bench_result *res) {
         }
         res->tg = bench_spread_of(times, o->reps);
     }
-    /* Generated token k (0-based) attends to BENCH_TG_PROMPT + k + 1 positions. */
+    /* Generated token k (0-based) attends to depth + BENCH_TG_PROMPT + k + 1 positions. */
     const double avg_positions =
-        o->n_gen ? BENCH_TG_PROMPT + 0.5 * (double)(o->n_gen + 1) : (double)BENCH_TG_PROMPT;
+        o->depth + (o->n_gen ? BENCH_TG_PROMPT + 0.5 * (double)(o->n_gen + 1)
+                             : (double)BENCH_TG_PROMPT);
     res->bytes_per_token = bench_bytes_per_token(m, o->kv, avg_positions);
     res->peak_rss = bench_peak_rss_bytes();
     res->huge_pages = bench_huge_page_fraction();
@@ -353,8 +364,10 @@ static void bench_print_json(FILE *out, const bench_opts *o, const bench_result 
             res->file_type == UINT32_MAX ? (int64_t)-1 : res->file_type);
     fprintf(out, "  \"file_bytes\": %" PRIu64 ",\n  \"weight_bytes\": %" PRIu64 ",\n",
             res->file_bytes, res->weight_bytes);
-    fprintf(out, "  \"threads\": %u,\n  \"n_prompt\": %u,\n  \"n_gen\": %u,\n  \"reps\": %u,\n",
-            res->threads, o->n_prompt, o->n_gen, o->reps);
+    fprintf(out,
+            "  \"threads\": %u,\n  \"n_prompt\": %u,\n  \"n_gen\": %u,\n  \"depth\": %u,\n"
+            "  \"reps\": %u,\n",
+            res->threads, o->n_prompt, o->n_gen, o->depth, o->reps);
     fprintf(out, "  \"kv_type\": \"%s\",\n", o->kv == KV_TYPE_F16 ? "f16" : "f32");
     /* -1 prints as null: the phase was skipped. */
     const bench_spread none = {-1, -1, -1};
@@ -393,6 +406,7 @@ static void bench_print_human(FILE *out, const bench_opts *o, const bench_result
             (double)res->file_bytes / 1048576.0, (double)res->weight_bytes / 1048576.0);
     fprintf(out, "threads    %u   kernels: %s   kv: %s\ncpu        %s\n", res->threads,
             res->cpu_path, o->kv == KV_TYPE_F16 ? "f16" : "f32", res->cpu_features);
+    if (o->depth) fprintf(out, "depth      %u positions in the cache before each run\n", o->depth);
     if (o->n_prompt)
         fprintf(out, "pp%-6u   %9.2f tok/s   (min %.2f, max %.2f over %u runs)\n", o->n_prompt,
                 res->pp.median, res->pp.min, res->pp.max, o->reps);
@@ -439,6 +453,8 @@ static void bench_usage(FILE *out) {
             "  -p, --prompt N    prompt tokens for pp (default 512; 0 = skip)\n"
             "  -n, --gen N       generated tokens for tg (default 128; 0 = skip)\n"
             "  -r, --reps N      runs of each, median reported (default 5)\n"
+            "  -d, --depth N     positions already in the KV cache before each pp and tg run\n"
+            "                    (default 0): speed deep into a conversation\n"
             "      --json        print one JSON object instead of text\n"
             "      --no-cold     skip the cold-cache load\n"
             "      --bw-mib N    bandwidth buffer size (default: 8 x LLC, at least 256)\n"
@@ -458,6 +474,7 @@ int cmd_bench(int argc, char **argv) {
         {"prompt", required_argument, NULL, 'p'},
         {"gen", required_argument, NULL, 'n'},
         {"reps", required_argument, NULL, 'r'},
+        {"depth", required_argument, NULL, 'd'},
         {"json", no_argument, NULL, OPT_JSON},
         {"no-cold", no_argument, NULL, OPT_NO_COLD},
         {"bw-mib", required_argument, NULL, OPT_BW},
@@ -472,7 +489,7 @@ int cmd_bench(int argc, char **argv) {
     long v;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "t:p:n:r:", options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:p:n:r:d:", options, NULL)) != -1) {
         switch (c) {
             case 't':
                 if (cli_parse_long(optarg, 1, THREADPOOL_MAX_THREADS, &v))
@@ -495,6 +512,11 @@ int cmd_bench(int argc, char **argv) {
                 if (cli_parse_long(optarg, 1, 1000, &v))
                     return cli_fail("bench", "-r: '%s' is not in 1..1000", optarg), 2;
                 o.reps = (uint32_t)v;
+                break;
+            case 'd':
+                if (cli_parse_long(optarg, 0, 1 << 20, &v))
+                    return cli_fail("bench", "-d: '%s' is not a token count", optarg), 2;
+                o.depth = (uint32_t)v;
                 break;
             case OPT_JSON:
                 o.json = 1;
