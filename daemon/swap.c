@@ -125,7 +125,8 @@ static void session_path(const swap_dir *d, const swap_session_key *key, char *o
 static corral_status session_fingerprint(const swap_session_key *key, char out[17],
                                          corral_error *err) {
     image_fingerprint fp;
-    image_fingerprint_init(&fp, "kv-session-1");
+    /* "-2": tensors per layer and KV head; images of the per-layer "-1" layout are stale. */
+    image_fingerprint_init(&fp, "kv-session-2");
     corral_status st = image_fingerprint_add_file(&fp, key->model_path, err);
     if (st != CORRAL_OK) return st;
     image_fingerprint_add_u64(&fp, key->context);
@@ -135,6 +136,12 @@ static corral_status session_fingerprint(const swap_session_key *key, char out[1
     image_fingerprint_add_str(&fp, key->model_name);
     image_fingerprint_hex(&fp, out);
     return CORRAL_OK;
+}
+
+/* Whether the cache has a layer il (kv_cache_rows answers NULL past the last). */
+static bool cache_has_layer(const kv_cache *kv, uint32_t il) {
+    size_t row_bytes;
+    return kv_cache_rows(kv, il, 0, 0, &row_bytes) != NULL;
 }
 
 corral_status swap_session_write(swap_dir *d, const swap_session_key *key, const kv_cache *kv,
@@ -155,18 +162,20 @@ corral_status swap_session_write(swap_dir *d, const swap_session_key *key, const
     st = image_writer_add_tensor(w, "tokens", TENSOR_TYPE_I32, 1, ne_tokens, tokens, err);
     const uint32_t type = kv_cache_type(kv) == KV_TYPE_F32 ? TENSOR_TYPE_F32 : TENSOR_TYPE_F16;
     const size_t elem = type == TENSOR_TYPE_F32 ? 4 : 2;
-    for (uint32_t il = 0; st == CORRAL_OK; il++) {
-        size_t row_bytes;
-        const void *k = kv_cache_rows(kv, il, 0, &row_bytes);
-        if (!k) break;
-        const void *v = kv_cache_rows(kv, il, 1, &row_bytes);
-        const int64_t ne[2] = {(int64_t)(row_bytes / elem), n};
-        char name[32];
-        snprintf(name, sizeof name, "k.%u", il);
-        st = image_writer_add_tensor(w, name, type, 2, ne, k, err);
-        snprintf(name, sizeof name, "v.%u", il);
-        if (st == CORRAL_OK) st = image_writer_add_tensor(w, name, type, 2, ne, v, err);
-    }
+    /* One tensor per layer, KV head and K or V: "k.<layer>.<head>", head_dim x positions. */
+    for (uint32_t il = 0; st == CORRAL_OK && cache_has_layer(kv, il); il++)
+        for (uint32_t h = 0; st == CORRAL_OK; h++) {
+            size_t row_bytes;
+            const void *k = kv_cache_rows(kv, il, h, 0, &row_bytes);
+            if (!k) break;
+            const void *v = kv_cache_rows(kv, il, h, 1, &row_bytes);
+            const int64_t ne[2] = {(int64_t)(row_bytes / elem), n};
+            char name[32];
+            snprintf(name, sizeof name, "k.%u.%u", il, h);
+            st = image_writer_add_tensor(w, name, type, 2, ne, k, err);
+            snprintf(name, sizeof name, "v.%u.%u", il, h);
+            if (st == CORRAL_OK) st = image_writer_add_tensor(w, name, type, 2, ne, v, err);
+        }
     char path[PATH_MAX];
     session_path(d, key, path, sizeof path);
     if (st == CORRAL_OK) st = image_writer_write(w, path, err);
@@ -209,21 +218,22 @@ corral_status swap_session_read(swap_dir *d, const swap_session_key *key, kv_cac
         (uint64_t)tt->ne[0] > kv_cache_n_ctx(kv))
         st = corral_error_set(err, CORRAL_FORMAT, "%s: tokens tensor missing or too long", path);
     const uint32_t positions = st == CORRAL_OK ? (uint32_t)tt->ne[0] : 0;
-    for (uint32_t il = 0; st == CORRAL_OK; il++) {
-        size_t row_bytes;
-        if (!kv_cache_rows(kv, il, 0, &row_bytes)) break;
-        for (int values = 0; values < 2 && st == CORRAL_OK; values++) {
-            char name[32];
-            snprintf(name, sizeof name, "%c.%u", values ? 'v' : 'k', il);
-            const gguf_tensor *t = gguf_find_tensor(f, name);
-            if (!t || t->type != type || t->size != (uint64_t)positions * row_bytes)
-                st = corral_error_set(err, CORRAL_FORMAT,
-                                      "%s: tensor %s is missing or does not fit the cache", path,
-                                      name);
-            else
-                st = kv_cache_load_rows(kv, il, values, t->data, positions, err);
+    for (uint32_t il = 0; st == CORRAL_OK && cache_has_layer(kv, il); il++)
+        for (uint32_t h = 0; st == CORRAL_OK; h++) {
+            size_t row_bytes;
+            if (!kv_cache_rows(kv, il, h, 0, &row_bytes)) break;
+            for (int values = 0; values < 2 && st == CORRAL_OK; values++) {
+                char name[32];
+                snprintf(name, sizeof name, "%c.%u.%u", values ? 'v' : 'k', il, h);
+                const gguf_tensor *t = gguf_find_tensor(f, name);
+                if (!t || t->type != type || t->size != (uint64_t)positions * row_bytes)
+                    st = corral_error_set(err, CORRAL_FORMAT,
+                                          "%s: tensor %s is missing or does not fit the cache",
+                                          path, name);
+                else
+                    st = kv_cache_load_rows(kv, il, h, values, t->data, positions, err);
+            }
         }
-    }
     if (st == CORRAL_OK) {
         *tokens = malloc((positions ? positions : 1) * sizeof **tokens);
         if (!*tokens)

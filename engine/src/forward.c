@@ -346,30 +346,25 @@ void forward_get_row(const struct model_runner *r, const model_weight *w, int64_
         r->ops->type[w->type].to_float(src, dst, w->n_in);
 }
 
-/* Pointer to the K or V row of (layer, pos). */
-static inline void *kv_row_ptr(const struct kv_cache *kv, void *base, uint32_t il, uint32_t pos) {
-    return (char *)base + (((size_t)il * kv->n_ctx + pos) * kv->row_elems) * kv->elem_size;
-}
-
-/* The path's F16 converter is byte-identical to tensor_f32_to_fp16 (test_kernels.c). */
+/* Store the K or V heads of one position (src: n_head_kv * head_dim floats), each into its own
+ * head's rows. The path's F16 converter is byte-identical to tensor_f32_to_fp16
+ * (test_kernels.c). */
 static void kv_store(const struct model_runner *r, struct kv_cache *kv, void *base, uint32_t il,
                      uint32_t pos, const float *src) {
-    void *dst = kv_row_ptr(kv, base, il, pos);
-    if (kv->type == KV_TYPE_F32)
-        memcpy(dst, src, kv->row_elems * sizeof(float));
-    else
-        r->ops->type[TENSOR_TYPE_F16].from_float(src, dst, (int64_t)kv->row_elems);
-}
-
-/* The head_dim elements of kv head `kvh` at (layer, pos), F32 or F16 as the cache holds them. */
-static inline const void *kv_head(const struct kv_cache *kv, void *base, uint32_t il, uint32_t pos,
-                                  uint32_t kvh, uint32_t head_dim) {
-    return (const char *)kv_row_ptr(kv, base, il, pos) + (size_t)kvh * head_dim * kv->elem_size;
+    for (uint32_t h = 0; h < kv->n_head_kv; h++) {
+        void *dst = kv_cache_row(kv, base, il, h, pos);
+        const float *head = src + (size_t)h * kv->head_dim;
+        if (kv->type == KV_TYPE_F32)
+            memcpy(dst, head, kv->head_dim * sizeof(float));
+        else
+            r->ops->type[TENSOR_TYPE_F16].from_float(head, dst, (int64_t)kv->head_dim);
+    }
 }
 
 /* Attention of a batch as a pool run. The work is cut into (head set, token) units: a head set is
  * up to KERNEL_ATTN_MAX_HEADS consecutive query heads of one KV head (grouped-query attention),
- * which the kernel serves with one pass over the KV rows. The units are ordered head set first
+ * which the kernel serves with one pass over the KV rows; a group is cut into smaller sets only
+ * when there would be fewer units than threads (decoding a model with few KV heads). The units are ordered head set first
  * and split into contiguous ranges: that keeps the threads' shares even in a prefill, where later
  * tokens attend to more positions. Each head's output is computed by the same operations
  * whatever the sets and the split (kernels.h), so the results do not depend on them. */
@@ -385,7 +380,14 @@ static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
     struct kv_cache *kv = task->kv;
     const model_hparams *hp = &r->m->hp;
     const uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const uint32_t sets_per_group = (group + KERNEL_ATTN_MAX_HEADS - 1) / KERNEL_ATTN_MAX_HEADS;
+    /* Whole groups where the units outnumber the threads (each KV head's rows read once), else
+     * groups cut into sets until every thread has a unit or every set is one head. */
+    uint32_t sets_per_group = (group + KERNEL_ATTN_MAX_HEADS - 1) / KERNEL_ATTN_MAX_HEADS;
+    while (sets_per_group < group &&
+           (int64_t)hp->n_head_kv * sets_per_group * task->n_tok < (int64_t)nth)
+        sets_per_group++;
+    const uint32_t set_heads = (group + sets_per_group - 1) / sets_per_group;
+    sets_per_group = (group + set_heads - 1) / set_heads;
     const int64_t n_q = (int64_t)hp->n_head * hd;
     const int64_t n_units = (int64_t)hp->n_head_kv * sets_per_group * task->n_tok;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -394,13 +396,12 @@ static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
     for (int64_t i = split_begin(n_units, ith, nth); i < end; i++) {
         const uint32_t set = (uint32_t)(i / task->n_tok), t = (uint32_t)(i % task->n_tok);
         const uint32_t kvh = set / sets_per_group;
-        const uint32_t h0 = kvh * group + (set % sets_per_group) * KERNEL_ATTN_MAX_HEADS;
-        const uint32_t h1 = h0 + KERNEL_ATTN_MAX_HEADS < (kvh + 1) * group
-                                ? h0 + KERNEL_ATTN_MAX_HEADS
-                                : (kvh + 1) * group;
+        const uint32_t h0 = kvh * group + (set % sets_per_group) * set_heads;
+        const uint32_t h1 =
+            h0 + set_heads < (kvh + 1) * group ? h0 + set_heads : (kvh + 1) * group;
         r->ops->attn_heads(
-            h1 - h0, r->q + t * n_q + (size_t)h0 * hd, kv_head(kv, kv->k, task->il, 0, kvh, hd),
-            kv_head(kv, kv->v, task->il, 0, kvh, hd), kv->row_elems, task->p0 + t + 1, hd, scale,
+            h1 - h0, r->q + t * n_q + (size_t)h0 * hd, kv_cache_row(kv, kv->k, task->il, kvh, 0),
+            kv_cache_row(kv, kv->v, task->il, kvh, 0), hd, task->p0 + t + 1, hd, scale,
             kv->type == KV_TYPE_F16, scores, r->attn + t * n_q + (size_t)h0 * hd);
     }
 }

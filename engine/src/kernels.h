@@ -151,7 +151,7 @@ typedef void (*kernel_axpy_f16_fn)(float *restrict y, float a, const uint16_t *r
  * scores is n_heads * n_pos floats of scratch. Per head exactly the path's attn_dot, softmax and
  * attn_axpy applied in that order (bit for bit), in one call with the loops inlined: heads that
  * share K and V rows read them once, and their accumulations run side by side. */
-#define KERNEL_ATTN_MAX_HEADS 2
+#define KERNEL_ATTN_MAX_HEADS 8
 typedef void (*kernel_attn_heads_fn)(uint32_t n_heads, const float *restrict q, const void *k,
                                      const void *v, size_t stride, uint32_t n_pos, uint32_t hd,
                                      float scale, int f16, float *restrict scores,

@@ -411,8 +411,10 @@ kv_cache *kv_cache_new(const model *m, uint32_t n_ctx, kv_type type, corral_erro
     kv->type = type;
     kv->n_ctx = n_ctx;
     kv->elem_size = type == KV_TYPE_F16 ? 2 : 4;
-    kv->row_elems = (size_t)m->hp.n_head_kv * m->hp.head_dim;
-    const size_t bytes = (size_t)m->hp.n_layer * n_ctx * kv->row_elems * kv->elem_size;
+    kv->n_head_kv = m->hp.n_head_kv;
+    kv->head_dim = m->hp.head_dim;
+    const size_t bytes =
+        (size_t)m->hp.n_layer * kv->n_head_kv * n_ctx * kv->head_dim * kv->elem_size;
     kv->k = malloc(bytes);
     kv->v = malloc(bytes);
     if (!kv->k || !kv->v) {
@@ -441,7 +443,7 @@ uint32_t kv_cache_n_ctx(const kv_cache *kv) {
 }
 
 uint64_t kv_cache_bytes(const kv_cache *kv) {
-    return 2ull * kv->m->hp.n_layer * kv->n_ctx * kv->row_elems * kv->elem_size;
+    return 2ull * kv->m->hp.n_layer * kv->n_head_kv * kv->n_ctx * kv->head_dim * kv->elem_size;
 }
 
 kv_type kv_cache_type(const kv_cache *kv) {
@@ -452,23 +454,22 @@ void kv_cache_truncate(kv_cache *kv, uint32_t n_pos) {
     if (n_pos < kv->n_pos) kv->n_pos = n_pos;
 }
 
-const void *kv_cache_rows(const kv_cache *kv, uint32_t layer, int values, size_t *row_bytes) {
-    if (layer >= kv->m->hp.n_layer) return NULL;
-    *row_bytes = kv->row_elems * kv->elem_size;
-    const char *base = values ? kv->v : kv->k;
-    return base + (size_t)layer * kv->n_ctx * *row_bytes;
+const void *kv_cache_rows(const kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
+                          size_t *row_bytes) {
+    if (layer >= kv->m->hp.n_layer || kv_head >= kv->n_head_kv) return NULL;
+    *row_bytes = kv->head_dim * kv->elem_size;
+    return kv_cache_row(kv, values ? kv->v : kv->k, layer, kv_head, 0);
 }
 
-corral_status kv_cache_load_rows(kv_cache *kv, uint32_t layer, int values, const void *rows,
-                                 uint32_t n, corral_error *err) {
-    if (layer >= kv->m->hp.n_layer || n > kv->n_ctx)
+corral_status kv_cache_load_rows(kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
+                                 const void *rows, uint32_t n, corral_error *err) {
+    if (layer >= kv->m->hp.n_layer || kv_head >= kv->n_head_kv || n > kv->n_ctx)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "KV rows for layer %u and %u positions do not fit this cache "
-                                "(%u layers, %u positions)",
-                                layer, n, kv->m->hp.n_layer, kv->n_ctx);
-    const size_t row_bytes = kv->row_elems * kv->elem_size;
-    char *base = values ? kv->v : kv->k;
-    memcpy(base + (size_t)layer * kv->n_ctx * row_bytes, rows, (size_t)n * row_bytes);
+                                "KV rows for layer %u, head %u and %u positions do not fit this "
+                                "cache (%u layers, %u heads, %u positions)",
+                                layer, kv_head, n, kv->m->hp.n_layer, kv->n_head_kv, kv->n_ctx);
+    memcpy(kv_cache_row(kv, values ? kv->v : kv->k, layer, kv_head, 0), rows,
+           (size_t)n * kv->head_dim * kv->elem_size);
     kv->n_pos = n;
     return CORRAL_OK;
 }
@@ -481,13 +482,12 @@ corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *er
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "destination context (%u) is smaller than the %u positions to copy",
                                 dst->n_ctx, src->n_pos);
-    const size_t row = src->row_elems * src->elem_size;
-    for (uint32_t il = 0; il < src->m->hp.n_layer; il++) {
-        const size_t src_off = (size_t)il * src->n_ctx * row,
-                     dst_off = (size_t)il * dst->n_ctx * row;
-        memcpy((char *)dst->k + dst_off, (const char *)src->k + src_off, src->n_pos * row);
-        memcpy((char *)dst->v + dst_off, (const char *)src->v + src_off, src->n_pos * row);
-    }
+    const size_t bytes = (size_t)src->n_pos * src->head_dim * src->elem_size;
+    for (uint32_t il = 0; il < src->m->hp.n_layer; il++)
+        for (uint32_t h = 0; h < src->n_head_kv; h++) {
+            memcpy(kv_cache_row(dst, dst->k, il, h, 0), kv_cache_row(src, src->k, il, h, 0), bytes);
+            memcpy(kv_cache_row(dst, dst->v, il, h, 0), kv_cache_row(src, src->v, il, h, 0), bytes);
+        }
     dst->n_pos = src->n_pos;
     return CORRAL_OK;
 }

@@ -68,10 +68,20 @@ struct kv_cache {
     uint32_t n_ctx;
     uint32_t n_pos;
     size_t elem_size; /* 2 (F16) or 4 (F32) */
-    size_t row_elems; /* n_head_kv * head_dim: one position of one layer */
-    void *k;          /* [n_layer][n_ctx][row_elems] */
-    void *v;          /* [n_layer][n_ctx][row_elems] */
+    uint32_t n_head_kv;
+    uint32_t head_dim;
+    /* [n_layer][n_head_kv][n_ctx][head_dim]: one KV head's rows are contiguous, so attention
+     * streams them instead of reading a head's part of every position's row. */
+    void *k;
+    void *v;
 };
+
+/* The row of (layer, KV head, position) in base (kv->k or kv->v). */
+static inline void *kv_cache_row(const struct kv_cache *kv, void *base, uint32_t il, uint32_t kvh,
+                                 uint32_t pos) {
+    return (char *)base +
+           ((((size_t)il * kv->n_head_kv + kvh) * kv->n_ctx + pos) * kv->head_dim) * kv->elem_size;
+}
 
 /* Activations quantized to a weight's partner type are cached per type until the source buffer
  * changes (the forward pass bumps `epoch` whenever it rewrites a matmul input). */

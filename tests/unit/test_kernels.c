@@ -732,7 +732,7 @@ START_TEST(test_attention_heads_are_the_loops) {
     int nv = simd_variants(vs);
     vs[nv++] = (variant){kernels_for_path(KERNEL_PATH_SCALAR), "scalar"};
     static const uint32_t hds[] = {1, 17, 64, 80, 128};
-    static const uint32_t positions[] = {1, 2, 7, 16, 33};
+    static const uint32_t positions[] = {1, 2, 7, 16, 33, 70};
     int checked = 0;
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
         const uint32_t hd = hds[hi];

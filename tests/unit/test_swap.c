@@ -84,11 +84,14 @@ START_TEST(test_round_trip) {
     ck_assert_uint_eq(kv_cache_n_pos(back), 20);
     ck_assert(memcmp(tokens, ids, sizeof ids) == 0);
     for (uint32_t il = 0; il < model_get_hparams(m)->n_layer; il++)
-        for (int v = 0; v < 2; v++) {
-            size_t rb, rb2;
-            const void *a = kv_cache_rows(kv, il, v, &rb), *b = kv_cache_rows(back, il, v, &rb2);
-            ck_assert(memcmp(a, b, 20 * rb) == 0);
-        }
+        for (uint32_t h = 0; h < model_get_hparams(m)->n_head_kv; h++)
+            for (int v = 0; v < 2; v++) {
+                size_t rb, rb2;
+                const void *a = kv_cache_rows(kv, il, h, v, &rb),
+                           *b = kv_cache_rows(back, il, h, v, &rb2);
+                ck_assert_uint_eq(rb, rb2);
+                ck_assert(memcmp(a, b, 20 * rb) == 0);
+            }
     /* Reading consumes the image. */
     ck_assert(!swap_session_exists(d, &key));
     free(tokens);

@@ -154,17 +154,19 @@ void kv_cache_truncate(kv_cache *kv, uint32_t n_pos);
  * capacity must hold src's positions; CORRAL_INVALID_ARGUMENT otherwise. */
 corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *err);
 
-/* The stored rows of one layer, for writing a cache out (swap): positions [0, n_pos) of the keys
- * (values when `values` is nonzero), contiguous, *row_bytes bytes per position (n_head_kv *
- * head_dim elements of the cache type). Borrowed: valid until the cache changes or is destroyed.
- * NULL for a layer out of range. */
-const void *kv_cache_rows(const kv_cache *kv, uint32_t layer, int values, size_t *row_bytes);
+/* The stored rows of one layer and KV head, for writing a cache out (swap): positions [0, n_pos)
+ * of the keys (values when `values` is nonzero), contiguous, *row_bytes bytes per position
+ * (head_dim elements of the cache type). Borrowed: valid until the cache changes or is destroyed.
+ * NULL for a layer or head out of range. */
+const void *kv_cache_rows(const kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
+                          size_t *row_bytes);
 
-/* Fill one layer's keys (or values) at positions [0, n) from rows laid out as kv_cache_rows
- * gives them, and make the cache hold n positions (swap-in). CORRAL_INVALID_ARGUMENT when the
- * layer or n is out of range. Call it for every layer's keys and values. */
-corral_status kv_cache_load_rows(kv_cache *kv, uint32_t layer, int values, const void *rows,
-                                 uint32_t n, corral_error *err);
+/* Fill one layer and KV head's keys (or values) at positions [0, n) from rows laid out as
+ * kv_cache_rows gives them, and make the cache hold n positions (swap-in). CORRAL_INVALID_ARGUMENT
+ * when the layer, the head or n is out of range. Call it for every layer's and head's keys and
+ * values. */
+corral_status kv_cache_load_rows(kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
+                                 const void *rows, uint32_t n, corral_error *err);
 
 /* ---- forward pass -----------------------------------------------------------------------------
  */
