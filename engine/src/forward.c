@@ -380,12 +380,16 @@ static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
     struct kv_cache *kv = task->kv;
     const model_hparams *hp = &r->m->hp;
     const uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    /* Whole groups where the units outnumber the threads (each KV head's rows read once), else
-     * groups cut into sets until every thread has a unit or every set is one head. */
+    /* Whole groups (each KV head's rows read once) where the units share out evenly among the
+     * threads or are many; else groups cut into more sets until they do, or every set is one
+     * head. (SmolLM2 decoding on 2 threads: 3 groups of 3 heads give 1 and 2 units, 2 sets a
+     * group 3 and 3.) */
     uint32_t sets_per_group = (group + KERNEL_ATTN_MAX_HEADS - 1) / KERNEL_ATTN_MAX_HEADS;
-    while (sets_per_group < group &&
-           (int64_t)hp->n_head_kv * sets_per_group * task->n_tok < (int64_t)nth)
+    for (;;) {
+        const int64_t units = (int64_t)hp->n_head_kv * sets_per_group * task->n_tok;
+        if (sets_per_group >= group || (units % nth == 0 || units >= 4 * (int64_t)nth)) break;
         sets_per_group++;
+    }
     const uint32_t set_heads = (group + sets_per_group - 1) / sets_per_group;
     sets_per_group = (group + set_heads - 1) / set_heads;
     const int64_t n_q = (int64_t)hp->n_head * hd;
