@@ -150,7 +150,9 @@ typedef void (*kernel_axpy_f16_fn)(float *restrict y, float a, const uint16_t *r
  * elements at k + p * stride and v + p * stride (elements), IEEE half when f16, else float;
  * scores is n_heads * n_pos floats of scratch. Per head exactly the path's attn_dot, softmax and
  * attn_axpy applied in that order (bit for bit), in one call with the loops inlined: heads that
- * share K and V rows read them once, and their accumulations run side by side. */
+ * share K and V rows read them once, and their accumulations run side by side. 8: a whole group
+ * of the usual models (Llama's 32 heads over 4 or 8 KV heads); larger groups are served by
+ * several calls. */
 #define KERNEL_ATTN_MAX_HEADS 8
 typedef void (*kernel_attn_heads_fn)(uint32_t n_heads, const float *restrict q, const void *k,
                                      const void *v, size_t stride, uint32_t n_pos, uint32_t hd,
