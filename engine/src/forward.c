@@ -461,10 +461,10 @@ static void rows_thread(void *arg, uint32_t ith, uint32_t nth) {
             add_bias(r->v, model_layer_weight(m, il, ARCH_ROLE_ATTN_V_BIAS), t0, t1);
             for (int64_t t = t0; t < t1; t++) {
                 const float *cs = r->rope_cs + (size_t)t * hp->n_rot;
-                ops_rope_apply(&m->rope, r->q + t * n_q, (int32_t)hp->n_head, (int32_t)hp->head_dim,
-                               cs);
-                ops_rope_apply(&m->rope, r->k + t * n_kv, (int32_t)hp->n_head_kv,
-                               (int32_t)hp->head_dim, cs);
+                r->ops->rope(&m->rope, r->q + t * n_q, (int32_t)hp->n_head, (int32_t)hp->head_dim,
+                             cs);
+                r->ops->rope(&m->rope, r->k + t * n_kv, (int32_t)hp->n_head_kv,
+                             (int32_t)hp->head_dim, cs);
                 const uint32_t pos = task->p0 + (uint32_t)t;
                 kv_store(r, task->kv, task->kv->k, il, pos, r->k + t * n_kv);
                 kv_store(r, task->kv, task->kv->v, il, pos, r->v + t * n_kv);

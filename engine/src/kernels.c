@@ -114,6 +114,7 @@ static void kernel_fill_scalar(kernel_ops *o) {
     o->rms_norm = ops_rms_norm;
     o->swiglu = ops_swiglu;
     o->softmax = ops_softmax;
+    o->rope = ops_rope_apply;
 }
 
 static void kernel_tables_build(void) {

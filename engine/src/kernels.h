@@ -46,6 +46,7 @@
 #include "corral/cpu.h"
 #include "corral/status.h"
 #include "corral/tensor.h"
+#include "ops.h"
 
 typedef enum kernel_path {
     KERNEL_PATH_SCALAR = 0,
@@ -174,6 +175,9 @@ typedef struct kernel_ops {
     void (*rms_norm)(float *out, const float *x, const float *weight, int64_t n, float eps);
     void (*swiglu)(float *gate, const float *up, int64_t n);
     void (*softmax)(float *x, int64_t n);
+    /* ops_rope_apply, bit for bit (each element's two products and their sum or difference). */
+    void (*rope)(const rope_params *p, float *x, int32_t n_heads, int32_t head_dim,
+                 const float *cos_sin);
 } kernel_ops;
 
 /* The kernel table this process uses: chosen at the first call from the CPU's features and the

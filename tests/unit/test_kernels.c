@@ -826,6 +826,44 @@ static void check_close(const char *what, const char *variant_name, int64_t n, c
     }
 }
 
+/* rope of every variant is ops_rope_apply bit for bit: both pairings, rotated dimensions that do
+ * and do not fill the vectors (and part of a head only), positions near and far (large angles). */
+START_TEST(test_rope_is_the_scalar) {
+    variant vs[8];
+    const int nv = simd_variants(vs);
+    static const int32_t dims[][2] = {{64, 64}, {128, 128}, {64, 32}, {80, 80}, {96, 24},
+                                      {6, 6},   {34, 34},   {48, 18}};
+    int checked = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        const int32_t hd = dims[di][0], n_rot = dims[di][1], n_heads = 5;
+        for (int neox = 0; neox < 2; neox++) {
+            const rope_params p = {.style = neox ? ROPE_STYLE_NEOX : ROPE_STYLE_NORM,
+                                   .n_rot = n_rot,
+                                   .freq_base = 10000.0f,
+                                   .freq_scale = 1.0f,
+                                   .attn_factor = 1.0f};
+            for (int32_t pos = 0; pos < 3000; pos += 997) {
+                float cs[128], x[5 * 128], want[5 * 128], got[5 * 128];
+                ops_rope_cache(&p, pos, cs);
+                rng r = {(uint64_t)(hd * 131 + n_rot * 7 + pos + neox)};
+                for (int32_t i = 0; i < n_heads * hd; i++) x[i] = rng_normal(&r) * 3.0f;
+                memcpy(want, x, sizeof x);
+                ops_rope_apply(&p, want, n_heads, hd, cs);
+                for (int v = 0; v < nv; v++) {
+                    memcpy(got, x, sizeof x);
+                    vs[v].ops->rope(&p, got, n_heads, hd, cs);
+                    ck_assert_msg(memcmp(got, want, (size_t)n_heads * hd * sizeof(float)) == 0,
+                                  "%s rope (%s) head_dim %d n_rot %d position %d differs", vs[v].name,
+                                  neox ? "neox" : "norm", hd, n_rot, pos);
+                    checked++;
+                }
+            }
+        }
+    }
+    printf("  rope: %d cases bit-identical\n", checked);
+}
+END_TEST
+
 START_TEST(test_row_ops) {
     variant vs[8];
     const int nv = simd_variants(vs);
@@ -1123,6 +1161,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(core, test_attention_loops);
     tcase_add_test(core, test_attention_heads_are_the_loops);
     tcase_add_test(core, test_row_ops);
+    tcase_add_test(core, test_rope_is_the_scalar);
     tcase_add_test(core, test_select_picks_best_and_named_paths);
     tcase_add_test(core, test_tables_match_cpu_and_are_complete);
     tcase_add_test(core, test_env_selects_path);
