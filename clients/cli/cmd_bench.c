@@ -71,7 +71,7 @@ typedef struct bench_result {
     double load_ms_warm, load_ms_cold, cold_resident, ready_ms_warm;
     uint64_t peak_rss;
     double huge_pages; /* bench_huge_page_fraction after generating, -1 unknown */
-    double bandwidth; /* bytes/s */
+    double bandwidth;  /* bytes/s */
     uint64_t bw_bytes;
     char cpu_path[32];      /* the engine's kernel table: "avx512+vnni", "scalar", ... */
     char cpu_features[256]; /* what the CPU reports */
@@ -295,8 +295,8 @@ static int bench_run(const bench_opts *o, bench_result *res) {
     }
     /* Generated token k (0-based) attends to depth + BENCH_TG_PROMPT + k + 1 positions. */
     const double avg_positions =
-        o->depth + (o->n_gen ? BENCH_TG_PROMPT + 0.5 * (double)(o->n_gen + 1)
-                             : (double)BENCH_TG_PROMPT);
+        o->depth +
+        (o->n_gen ? BENCH_TG_PROMPT + 0.5 * (double)(o->n_gen + 1) : (double)BENCH_TG_PROMPT);
     res->bytes_per_token = bench_bytes_per_token(m, o->kv, avg_positions);
     res->peak_rss = bench_peak_rss_bytes();
     res->huge_pages = bench_huge_page_fraction();

@@ -364,10 +364,11 @@ static void kv_store(const struct model_runner *r, struct kv_cache *kv, void *ba
 /* Attention of a batch as a pool run. The work is cut into (head set, token) units: a head set is
  * up to KERNEL_ATTN_MAX_HEADS consecutive query heads of one KV head (grouped-query attention),
  * which the kernel serves with one pass over the KV rows; a group is cut into smaller sets only
- * when there would be fewer units than threads (decoding a model with few KV heads). The units are ordered head set first
- * and split into contiguous ranges: that keeps the threads' shares even in a prefill, where later
- * tokens attend to more positions. Each head's output is computed by the same operations
- * whatever the sets and the split (kernels.h), so the results do not depend on them. */
+ * when the units would not share out evenly among the threads (decoding a model with few KV
+ * heads). The units are ordered head set first and split into contiguous ranges: that keeps the
+ * threads' shares even in a prefill, where later tokens attend to more positions. Each head's
+ * output is computed by the same operations whatever the sets and the split (kernels.h), so the
+ * results do not depend on them. */
 typedef struct attend_task {
     struct model_runner *r;
     struct kv_cache *kv;
@@ -401,8 +402,7 @@ static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
         const uint32_t set = (uint32_t)(i / task->n_tok), t = (uint32_t)(i % task->n_tok);
         const uint32_t kvh = set / sets_per_group;
         const uint32_t h0 = kvh * group + (set % sets_per_group) * set_heads;
-        const uint32_t h1 =
-            h0 + set_heads < (kvh + 1) * group ? h0 + set_heads : (kvh + 1) * group;
+        const uint32_t h1 = h0 + set_heads < (kvh + 1) * group ? h0 + set_heads : (kvh + 1) * group;
         r->ops->attn_heads(
             h1 - h0, r->q + t * n_q + (size_t)h0 * hd, kv_cache_row(kv, kv->k, task->il, kvh, 0),
             kv_cache_row(kv, kv->v, task->il, kvh, 0), hd, task->p0 + t + 1, hd, scale,

@@ -83,7 +83,8 @@ static int bench_positions(const kernel_ops *ops, const shape *s, int n_pos, int
                 for (size_t i = 0; i < flush_bytes; i += 64) sink += flush[i];
             const double t0 = now_s();
             for (int il = 0; il < s->layers; il++) {
-                const uint16_t *kl = k + (size_t)il * layer_elems, *vl = v + (size_t)il * layer_elems;
+                const uint16_t *kl = k + (size_t)il * layer_elems,
+                               *vl = v + (size_t)il * layer_elems;
                 for (size_t kvh = 0; kvh < (size_t)s->kv_heads; kvh++)
                     for (size_t h0 = kvh * group; h0 < (kvh + 1) * group; h0 += s->set_heads) {
                         const size_t end = (kvh + 1) * group;
@@ -124,11 +125,16 @@ int main(int argc, char **argv) {
     shape s = {.heads = 32, .kv_heads = 4, .head_dim = 64, .layers = 22, .per_head_layout = 1};
     int positions[16] = {64, 512, 2048}, n_positions = 3, reps = 20;
     static const struct option options[] = {
-        {"positions", required_argument, NULL, 'p'}, {"heads", required_argument, NULL, 'h'},
-        {"kv-heads", required_argument, NULL, 'k'},  {"head-dim", required_argument, NULL, 'd'},
-        {"layers", required_argument, NULL, 'l'},    {"set-heads", required_argument, NULL, 's'},
-        {"layout", required_argument, NULL, 'y'},    {"reps", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'H'},            {NULL, 0, NULL, 0},
+        {"positions", required_argument, NULL, 'p'},
+        {"heads", required_argument, NULL, 'h'},
+        {"kv-heads", required_argument, NULL, 'k'},
+        {"head-dim", required_argument, NULL, 'd'},
+        {"layers", required_argument, NULL, 'l'},
+        {"set-heads", required_argument, NULL, 's'},
+        {"layout", required_argument, NULL, 'y'},
+        {"reps", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'H'},
+        {NULL, 0, NULL, 0},
     };
     int c, index = 0;
     while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
@@ -176,7 +182,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     const int group = s.heads / s.kv_heads;
-    if (s.set_heads == 0) s.set_heads = group < KERNEL_ATTN_MAX_HEADS ? group : KERNEL_ATTN_MAX_HEADS;
+    if (s.set_heads == 0)
+        s.set_heads = group < KERNEL_ATTN_MAX_HEADS ? group : KERNEL_ATTN_MAX_HEADS;
     if (s.set_heads > KERNEL_ATTN_MAX_HEADS) {
         fprintf(stderr, "attention: --set-heads is at most %d\n", KERNEL_ATTN_MAX_HEADS);
         return 2;

@@ -831,8 +831,8 @@ static void check_close(const char *what, const char *variant_name, int64_t n, c
 START_TEST(test_rope_is_the_scalar) {
     variant vs[8];
     const int nv = simd_variants(vs);
-    static const int32_t dims[][2] = {{64, 64}, {128, 128}, {64, 32}, {80, 80}, {96, 24},
-                                      {6, 6},   {34, 34},   {48, 18}};
+    static const int32_t dims[][2] = {{64, 64}, {128, 128}, {64, 32}, {80, 80},
+                                      {96, 24}, {6, 6},     {34, 34}, {48, 18}};
     int checked = 0;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         const int32_t hd = dims[di][0], n_rot = dims[di][1], n_heads = 5;
@@ -853,8 +853,8 @@ START_TEST(test_rope_is_the_scalar) {
                     memcpy(got, x, sizeof x);
                     vs[v].ops->rope(&p, got, n_heads, hd, cs);
                     ck_assert_msg(memcmp(got, want, (size_t)n_heads * hd * sizeof(float)) == 0,
-                                  "%s rope (%s) head_dim %d n_rot %d position %d differs", vs[v].name,
-                                  neox ? "neox" : "norm", hd, n_rot, pos);
+                                  "%s rope (%s) head_dim %d n_rot %d position %d differs",
+                                  vs[v].name, neox ? "neox" : "norm", hd, n_rot, pos);
                     checked++;
                 }
             }
