@@ -25,17 +25,7 @@
 
 #include "kernels.h"
 #include "corral/tensor.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "benchutil.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static float rng_unit(void) {

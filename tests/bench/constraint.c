@@ -34,6 +34,7 @@
 #include "corral/prompt.h"
 #include "corral/synth.h"
 #include "corral/threadpool.h"
+#include "benchutil.h"
 
 static const char *const corpus[] = {
     "\\d{4}-\\d{2}-\\d{2}",
@@ -82,17 +83,6 @@ static const char *const corpus[] = {
  * at once and then reused), and 300 to 400 bytes of it (a counter: ~400 states, so a new allowed
  * set is built for most tokens of a first request — the expensive case). */
 static const char *const decode_patterns[] = {"[A-Za-z ,.'\\n]+", "[A-Za-z ,.'\\n]{300,400}"};
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static double quantile(double *v, size_t n, double q) {
     if (!n) return 0;

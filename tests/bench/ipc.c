@@ -29,17 +29,7 @@
 #include "corral/prompt.h"
 #include "corral/threadpool.h"
 #include "daemon_harness.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "benchutil.h"
 
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);

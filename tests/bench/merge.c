@@ -40,12 +40,7 @@
 #include "corral/threadpool.h"
 #include "corral/tokenizer.h"
 #include "lora.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "benchutil.h"
 
 static int exists(const char *path) {
     struct stat sb;
@@ -92,11 +87,6 @@ static double load_first_token(const char *path, threadpool *pool, const char *c
     kv_cache_destroy(&kv);
     model_destroy(&m);
     return t;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {

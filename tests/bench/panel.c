@@ -35,16 +35,11 @@
 #include "corral/bench.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
+#include "benchutil.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static float rng_normalish(void) {
@@ -57,11 +52,6 @@ static float rng_normalish(void) {
         s += (float)(rng_state >> 40) / (float)(1u << 24);
     }
     return s - 2.0f;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 #if defined(__x86_64__)
