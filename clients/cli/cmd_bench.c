@@ -18,8 +18,11 @@
  *        the image of repacked weights in the cache directory (model_params.cache_dir; made on
  *        a file's first load) exists before anything is timed
  *   bandwidth a multi-threaded streaming read of a buffer far larger than the last-level cache,
- *        best of several passes; measured last, so that it does not count in the peak RSS
- * pp and tg are the median of r runs, with their min and max.
+ *        best of several passes, measured right after each tg run (once, after pp, without tg);
+ *        the ceiling fraction is each tg run's against its own bandwidth, so a machine whose
+ *        bandwidth drifts between minutes (a shared host, a VM) compares like with like. The
+ *        buffer exists only after the peak RSS is read, so it does not count in it
+ * pp, tg, bandwidth and the ceiling fraction are the median of r runs, with their min and max.
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -70,8 +73,9 @@ typedef struct bench_result {
     bench_spread pp, tg; /* tokens/s */
     double load_ms_warm, load_ms_cold, cold_resident, ready_ms_warm;
     uint64_t peak_rss;
-    double huge_pages; /* bench_huge_page_fraction after generating, -1 unknown */
-    double bandwidth;  /* bytes/s */
+    double huge_pages;      /* bench_huge_page_fraction after generating, -1 unknown */
+    bench_spread bandwidth; /* bytes/s: one measurement after each tg run (or one, without tg) */
+    bench_spread ceiling;   /* per tg run: tok/s / (its bandwidth / bytes_per_token) */
     uint64_t bw_bytes;
     char cpu_path[32];      /* the engine's kernel table: "avx512+vnni", "scalar", ... */
     char cpu_features[256]; /* what the CPU reports */
@@ -175,7 +179,8 @@ static int bench_run(const bench_opts *o, bench_result *res) {
     model_runner *r = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    double *times = NULL;
+    double *times = NULL, *bws = NULL, *fractions = NULL;
+    bench_bandwidth *bw = NULL;
     threadpool *pool = threadpool_new(o->threads, &err);
     if (!pool) return cli_fail("bench", "%s", err.message);
     res->threads = threadpool_n_threads(pool);
@@ -243,7 +248,9 @@ static int bench_run(const bench_opts *o, bench_result *res) {
     logits = malloc((size_t)n_vocab * sizeof *logits);
     ids = malloc((size_t)(n_ctx > 0 ? n_ctx : 1) * sizeof *ids);
     times = malloc((size_t)o->reps * sizeof *times);
-    if (!logits || !ids || !times) {
+    bws = malloc((size_t)o->reps * sizeof *bws);
+    fractions = malloc((size_t)o->reps * sizeof *fractions);
+    if (!logits || !ids || !times || !bws || !fractions) {
         cli_fail("bench", "out of memory");
         goto done;
     }
@@ -273,47 +280,64 @@ static int bench_run(const bench_opts *o, bench_result *res) {
         }
         res->pp = bench_spread_of(times, o->reps);
     }
-    if (o->n_gen > 0) {
-        for (uint32_t i = 0; i < o->reps; i++) {
-            kv_cache_truncate(kv, o->depth);
-            if (model_forward(r, kv, run_ids, BENCH_TG_PROMPT, MODEL_LOGITS_LAST, logits, &err)) {
-                cli_fail("bench", "%s", err.message);
-                goto done;
-            }
-            int32_t tok = bench_argmax(logits, n_vocab);
-            double t0 = bench_now();
-            for (uint32_t k = 0; k < o->n_gen; k++) {
-                if (model_forward(r, kv, &tok, 1, MODEL_LOGITS_LAST, logits, &err)) {
-                    cli_fail("bench", "%s", err.message);
-                    goto done;
-                }
-                tok = bench_argmax(logits, n_vocab);
-            }
-            times[i] = o->n_gen / (bench_now() - t0);
-        }
-        res->tg = bench_spread_of(times, o->reps);
-    }
     /* Generated token k (0-based) attends to depth + BENCH_TG_PROMPT + k + 1 positions. */
     const double avg_positions =
         o->depth +
         (o->n_gen ? BENCH_TG_PROMPT + 0.5 * (double)(o->n_gen + 1) : (double)BENCH_TG_PROMPT);
     res->bytes_per_token = bench_bytes_per_token(m, o->kv, avg_positions);
-    res->peak_rss = bench_peak_rss_bytes();
-    res->huge_pages = bench_huge_page_fraction();
-
     uint64_t bw_bytes = o->bw_bytes;
     if (bw_bytes == 0) {
         bw_bytes = BENCH_BW_LLC_FACTOR * bench_llc_bytes();
         if (bw_bytes < BENCH_BW_MIN_BYTES) bw_bytes = BENCH_BW_MIN_BYTES;
     }
     res->bw_bytes = bw_bytes;
-    res->bandwidth = bench_memory_bandwidth(pool, bw_bytes);
-    if (res->bandwidth < 0) {
-        cli_fail("bench", "cannot allocate %" PRIu64 " MiB for the bandwidth test", bw_bytes >> 20);
-        goto done;
+    /* The first generation run (or the prompt runs) touched all the memory the engine uses; the
+     * bandwidth buffer comes after the peak RSS is read, so that it does not count in it. */
+    const uint32_t n_bw = o->n_gen > 0 ? o->reps : 1;
+    for (uint32_t i = 0; i < o->reps && o->n_gen > 0; i++) {
+        kv_cache_truncate(kv, o->depth);
+        if (model_forward(r, kv, run_ids, BENCH_TG_PROMPT, MODEL_LOGITS_LAST, logits, &err)) {
+            cli_fail("bench", "%s", err.message);
+            goto done;
+        }
+        int32_t tok = bench_argmax(logits, n_vocab);
+        double t0 = bench_now();
+        for (uint32_t k = 0; k < o->n_gen; k++) {
+            if (model_forward(r, kv, &tok, 1, MODEL_LOGITS_LAST, logits, &err)) {
+                cli_fail("bench", "%s", err.message);
+                goto done;
+            }
+            tok = bench_argmax(logits, n_vocab);
+        }
+        times[i] = o->n_gen / (bench_now() - t0);
+        if (i == 0) {
+            res->peak_rss = bench_peak_rss_bytes();
+            res->huge_pages = bench_huge_page_fraction();
+        }
+        /* This run's bandwidth, right after it: the fraction of the ceiling is a ratio of two
+         * measurements a few tens of milliseconds apart, not minutes apart. */
+        if (!bw && !(bw = bench_bandwidth_new(pool, bw_bytes))) goto no_buffer;
+        bws[i] = bench_bandwidth_measure(bw);
+        fractions[i] = times[i] * (double)res->bytes_per_token / bws[i];
     }
+    if (o->n_gen == 0) {
+        res->peak_rss = bench_peak_rss_bytes();
+        res->huge_pages = bench_huge_page_fraction();
+        if (!(bw = bench_bandwidth_new(pool, bw_bytes))) goto no_buffer;
+        bws[0] = bench_bandwidth_measure(bw);
+    } else {
+        res->tg = bench_spread_of(times, o->reps);
+        res->ceiling = bench_spread_of(fractions, o->reps);
+    }
+    res->bandwidth = bench_spread_of(bws, n_bw);
     rc = 0;
+    goto done;
+no_buffer:
+    cli_fail("bench", "cannot allocate %" PRIu64 " MiB for the bandwidth test", bw_bytes >> 20);
 done:
+    bench_bandwidth_free(&bw);
+    free(fractions);
+    free(bws);
     free(times);
     free(ids);
     free(logits);
@@ -350,11 +374,6 @@ static void bench_json_num(FILE *out, const char *key, double v, int last) {
     fprintf(out, last ? "\n" : ",\n");
 }
 
-static double bench_ceiling(const bench_result *res) {
-    if (res->bandwidth <= 0 || res->bytes_per_token == 0 || res->tg.median <= 0) return -1;
-    return res->tg.median / (res->bandwidth / (double)res->bytes_per_token);
-}
-
 static void bench_print_json(FILE *out, const bench_opts *o, const bench_result *res) {
     fprintf(out, "{\n  \"model\": ");
     bench_json_str(out, o->path);
@@ -379,9 +398,14 @@ static void bench_print_json(FILE *out, const bench_opts *o, const bench_result 
     bench_json_num(out, "tg_tok_s_min", tg.min, 0);
     bench_json_num(out, "tg_tok_s_max", tg.max, 0);
     fprintf(out, "  \"bytes_per_token\": %" PRIu64 ",\n", res->bytes_per_token);
-    bench_json_num(out, "bandwidth_gb_s", res->bandwidth * 1e-9, 0);
+    bench_json_num(out, "bandwidth_gb_s", res->bandwidth.median * 1e-9, 0);
+    bench_json_num(out, "bandwidth_gb_s_min", res->bandwidth.min * 1e-9, 0);
+    bench_json_num(out, "bandwidth_gb_s_max", res->bandwidth.max * 1e-9, 0);
     fprintf(out, "  \"bandwidth_buffer_bytes\": %" PRIu64 ",\n", res->bw_bytes);
-    bench_json_num(out, "ceiling_fraction", bench_ceiling(res), 0);
+    const bench_spread ceiling = o->n_gen ? res->ceiling : none;
+    bench_json_num(out, "ceiling_fraction", ceiling.median, 0);
+    bench_json_num(out, "ceiling_fraction_min", ceiling.min, 0);
+    bench_json_num(out, "ceiling_fraction_max", ceiling.max, 0);
     bench_json_num(out, "load_ms_warm", res->load_ms_warm, 0);
     bench_json_num(out, "load_ms_cold", res->load_ms_cold, 0);
     bench_json_num(out, "ready_ms_warm", res->ready_ms_warm, 0);
@@ -416,14 +440,18 @@ static void bench_print_human(FILE *out, const bench_opts *o, const bench_result
     fprintf(out, "bytes/tok  %.1f MiB (weights read per token + KV at the average position)\n",
             (double)res->bytes_per_token / 1048576.0);
     fprintf(out,
-            "bandwidth  %.2f GB/s (streaming read of %" PRIu64
-            " MiB, %u threads, best of %d with 1 and %d streams per thread)\n",
-            res->bandwidth * 1e-9, res->bw_bytes >> 20, res->threads, BENCH_BANDWIDTH_PASSES,
-            BENCH_BANDWIDTH_STREAMS);
-    double c = bench_ceiling(res);
-    if (c >= 0)
-        fprintf(out, "ceiling    %.1f%% of bandwidth / bytes_per_token = %.2f tok/s\n", 100.0 * c,
-                res->bandwidth / (double)res->bytes_per_token);
+            "bandwidth  %.2f GB/s (min %.2f, max %.2f; streaming read of %" PRIu64
+            " MiB, %u threads, best of %d with 1 and %d streams per thread, %s)\n",
+            res->bandwidth.median * 1e-9, res->bandwidth.min * 1e-9, res->bandwidth.max * 1e-9,
+            res->bw_bytes >> 20, res->threads, BENCH_BANDWIDTH_PASSES, BENCH_BANDWIDTH_STREAMS,
+            o->n_gen ? "after each tg run" : "once");
+    if (o->n_gen)
+        fprintf(
+            out,
+            "ceiling    %.1f%% (min %.1f, max %.1f) of bandwidth / bytes_per_token, each tg run "
+            "against the bandwidth measured right after it (%.2f tok/s at the median)\n",
+            100.0 * res->ceiling.median, 100.0 * res->ceiling.min, 100.0 * res->ceiling.max,
+            res->bandwidth.median / (double)res->bytes_per_token);
     fprintf(out, "load       %.1f ms warm", res->load_ms_warm);
     if (res->load_ms_cold >= 0) {
         fprintf(out, ", %.1f ms cold", res->load_ms_cold);

@@ -68,31 +68,54 @@ static double bench_seconds(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-double bench_memory_bandwidth(threadpool *pool, uint64_t bytes) {
-    if (bytes < 64 || bytes > SIZE_MAX) return -1;
-    bench_bw_job *job = calloc(1, sizeof *job);
+struct bench_bandwidth {
+    threadpool *pool;
+    bench_bw_job job;
+};
+
+bench_bandwidth *bench_bandwidth_new(threadpool *pool, uint64_t bytes) {
+    if (bytes < 64 || bytes > SIZE_MAX) return NULL;
+    bench_bandwidth *b = calloc(1, sizeof *b);
     void *buf = NULL;
-    if (!job || posix_memalign(&buf, 4096, (size_t)bytes) != 0) {
-        free(job);
-        return -1;
+    if (!b || posix_memalign(&buf, 4096, (size_t)bytes) != 0) {
+        free(b);
+        return NULL;
     }
-    job->buf = buf;
-    job->n_lines = (size_t)bytes / 64;
+    b->pool = pool;
+    b->job.buf = buf;
+    b->job.n_lines = (size_t)bytes / 64;
     /* Writing first faults the pages in on the threads that will read them. */
-    job->write = 1;
-    threadpool_run(pool, bench_bw_run, job);
-    job->write = 0;
+    b->job.write = 1;
+    threadpool_run(pool, bench_bw_run, &b->job);
+    b->job.write = 0;
+    return b;
+}
+
+double bench_bandwidth_measure(bench_bandwidth *b) {
     double best = 0;
     for (int pass = 0; pass < BENCH_BANDWIDTH_PASSES; pass++) {
-        job->streams = pass % 2 ? BENCH_BANDWIDTH_STREAMS : 1;
+        b->job.streams = pass % 2 ? BENCH_BANDWIDTH_STREAMS : 1;
         double t0 = bench_seconds();
-        threadpool_run(pool, bench_bw_run, job);
-        double bw = (double)job->n_lines * 64.0 / (bench_seconds() - t0);
+        threadpool_run(b->pool, bench_bw_run, &b->job);
+        double bw = (double)b->job.n_lines * 64.0 / (bench_seconds() - t0);
         if (bw > best) best = bw;
     }
-    free(buf);
-    free(job);
     return best;
+}
+
+void bench_bandwidth_free(bench_bandwidth **b) {
+    if (!*b) return;
+    free((*b)->job.buf);
+    free(*b);
+    *b = NULL;
+}
+
+double bench_memory_bandwidth(threadpool *pool, uint64_t bytes) {
+    bench_bandwidth *b = bench_bandwidth_new(pool, bytes);
+    if (!b) return -1;
+    const double bw = bench_bandwidth_measure(b);
+    bench_bandwidth_free(&b);
+    return bw;
 }
 
 uint64_t bench_llc_bytes(void) {

@@ -26,7 +26,11 @@ REQUIRED_KEYS = {
     "tg_tok_s_max": float,
     "bytes_per_token": int,
     "bandwidth_gb_s": float,
+    "bandwidth_gb_s_min": float,
+    "bandwidth_gb_s_max": float,
     "ceiling_fraction": float,
+    "ceiling_fraction_min": float,
+    "ceiling_fraction_max": float,
     "load_ms_warm": float,
     "load_ms_cold": float,
     "peak_rss_bytes": int,
@@ -95,9 +99,9 @@ def test_bench_json_has_every_key(tiny_model: Path):
         else:
             as_number(result[key], key)
 
-    for kind in ("pp", "tg"):
-        lo, mid, hi = (as_number(result[f"{kind}_tok_s{s}"], kind) for s in ("_min", "", "_max"))
-        assert 0 < lo <= mid <= hi, (kind, lo, mid, hi)
+    for key in ("pp_tok_s", "tg_tok_s", "bandwidth_gb_s", "ceiling_fraction"):
+        lo, mid, hi = (as_number(result[key + s], key) for s in ("_min", "", "_max"))
+        assert 0 < lo <= mid <= hi, (key, lo, mid, hi)
     assert result["threads"] == 2
     assert result["n_prompt"] == 16 and result["n_gen"] == 4 and result["reps"] == 3
 
@@ -107,9 +111,13 @@ def test_bench_json_has_every_key(tiny_model: Path):
     # An untied token_embd is read one row per token, so bytes/token may be below the weights,
     # but never below the layers' and output's share, nor above weights + a whole KV cache.
     assert weight_bytes // 2 < result["bytes_per_token"] < weight_bytes + 2 * 128 * 64 * 2 * 2
-    assert result["bandwidth_gb_s"] > 0
-    expected = result["tg_tok_s"] / (result["bandwidth_gb_s"] * 1e9 / result["bytes_per_token"])
-    assert result["ceiling_fraction"] == pytest.approx(expected, rel=1e-4)
+    # Each tg run is set against the bandwidth measured right after it, so every run's fraction,
+    # and with them the reported ones, lies within what the extremes of both allow.
+    per_byte = result["bytes_per_token"] / 1e9
+    lowest = result["tg_tok_s_min"] * per_byte / result["bandwidth_gb_s_max"]
+    highest = result["tg_tok_s_max"] * per_byte / result["bandwidth_gb_s_min"]
+    assert lowest * (1 - 1e-4) <= result["ceiling_fraction_min"], (lowest, result)
+    assert result["ceiling_fraction_max"] <= highest * (1 + 1e-4), (highest, result)
     assert result["load_ms_warm"] > 0 and result["load_ms_cold"] > 0
     assert 0 < result["ready_ms_warm"] <= result["load_ms_warm"]
     # The first load left the rearranged weights in the cache directory for the later ones.
@@ -122,12 +130,26 @@ def test_bench_json_has_every_key(tiny_model: Path):
     assert re.fullmatch(r"[a-z0-9+_]+", result["cpu_path"]), result["cpu_path"]
 
 
+def test_bench_json_one_run_pairs_tg_with_its_bandwidth(tiny_model: Path):
+    proc = run("bench", str(tiny_model), "-t", "1", "-p", "0", "-n", "4", "-r", "1",
+               "--bw-mib", "64", "--no-cold", "--json")
+    result = json.loads(proc.stdout)
+    bandwidth = result["bandwidth_gb_s"]
+    assert result["bandwidth_gb_s_min"] == bandwidth == result["bandwidth_gb_s_max"] > 0
+    expected = result["tg_tok_s"] / (bandwidth * 1e9 / result["bytes_per_token"])
+    for key in ("ceiling_fraction", "ceiling_fraction_min", "ceiling_fraction_max"):
+        assert result[key] == pytest.approx(expected, rel=1e-4), key
+    assert result["pp_tok_s"] is None
+
+
 def test_bench_json_skipped_phases_are_null(tiny_model: Path):
     proc = run("bench", str(tiny_model), "-t", "1", "-p", "8", "-n", "0", "-r", "1",
                "--bw-mib", "64", "--no-cold", "--json")
     result = json.loads(proc.stdout)
     assert result["pp_tok_s"] > 0
     assert result["tg_tok_s"] is None and result["ceiling_fraction"] is None
+    assert result["ceiling_fraction_min"] is None and result["ceiling_fraction_max"] is None
+    assert result["bandwidth_gb_s"] > 0  # measured once, after the prompt runs
     assert result["load_ms_cold"] is None
     assert result["threads"] == 1
 

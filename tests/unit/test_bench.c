@@ -1,7 +1,8 @@
 /*
  * test_bench.c — Check suite for the machine measurements of `corral bench` (corral/bench.h):
  * the plain read sums every word once whatever the stream count, the bandwidth is a positive
- * rate with or without a pool, and a buffer of less than one line is refused; a file's cached
+ * rate with or without a pool, once or again and again on one buffer, and a buffer of less than
+ * one line is refused; a file's cached
  * share cannot be told for a missing or empty file.
  */
 #include <check.h>
@@ -45,6 +46,13 @@ START_TEST(test_bandwidth_positive) {
     /* Small buffers: this checks the arithmetic and the pool use, not the machine. */
     ck_assert(bench_memory_bandwidth(pool, 1 << 20) > 0);
     ck_assert(bench_memory_bandwidth(NULL, 1 << 20) > 0);
+    /* One buffer measured again and again, as corral bench does after each generation run. */
+    bench_bandwidth *b = bench_bandwidth_new(pool, 1 << 20);
+    ck_assert_ptr_nonnull(b);
+    for (int i = 0; i < 3; i++) ck_assert(bench_bandwidth_measure(b) > 0);
+    bench_bandwidth_free(&b);
+    ck_assert_ptr_null(b);
+    bench_bandwidth_free(&b); /* nothing left: no-op */
     threadpool_destroy(&pool);
     ck_assert(bench_peak_rss_bytes() > 0);
     /* Known wherever /proc/self/smaps_rollup is (Linux 4.14 and later), and a share. */
@@ -68,6 +76,8 @@ END_TEST
 START_TEST(test_bandwidth_refuses_sizes) {
     ck_assert(bench_memory_bandwidth(NULL, 0) < 0);
     ck_assert(bench_memory_bandwidth(NULL, 63) < 0); /* less than one line */
+    ck_assert_ptr_null(bench_bandwidth_new(NULL, 0));
+    ck_assert_ptr_null(bench_bandwidth_new(NULL, 63));
     ck_assert(bench_cached_fraction("/nonexistent/corral-test-file") < 0);
     ck_assert(bench_cached_fraction("/dev/null") < 0); /* empty: nothing to tell */
 }

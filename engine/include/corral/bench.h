@@ -26,11 +26,24 @@
  * filled when CORRAL_CPU names a path this CPU cannot run. Static string; thread-safe. */
 const char *bench_kernel_path(corral_error *err);
 
-/* Best read bandwidth in bytes/s of BENCH_BANDWIDTH_PASSES streaming reads of a `bytes`-byte
- * buffer split over the pool's threads (NULL: the calling thread alone), each thread's share read
- * as one stream or as BENCH_BANDWIDTH_STREAMS streams far apart. The buffer is written
- * once first, by the threads that then read it. Allocates and frees the buffer; returns -1 when
- * it cannot be allocated. Uses the pool for one run at a time (see threadpool.h). */
+/* A buffer for repeated bandwidth measurements: `bytes` bytes, written once on creation by the
+ * pool's threads (NULL pool: the calling thread), which then read it. NULL when `bytes` is less
+ * than one 64-byte line or cannot be allocated. Measuring the bandwidth next to each timed run
+ * pairs the two on a machine whose bandwidth drifts (shared hosts, VMs): `corral bench` does so
+ * after every generation run. */
+typedef struct bench_bandwidth bench_bandwidth;
+bench_bandwidth *bench_bandwidth_new(threadpool *pool, uint64_t bytes);
+
+/* Best read bandwidth in bytes/s of BENCH_BANDWIDTH_PASSES streaming reads of the buffer split over
+ * the threads, each thread's share read as one stream or as BENCH_BANDWIDTH_STREAMS streams far
+ * apart. Uses the pool for one run at a time (see threadpool.h). */
+double bench_bandwidth_measure(bench_bandwidth *b);
+
+/* Frees the buffer; *b becomes NULL (NULL *b: nothing). */
+void bench_bandwidth_free(bench_bandwidth **b);
+
+/* One measurement on a buffer of its own: bench_bandwidth_new, _measure, _free. -1 when the
+ * buffer cannot be made. */
 double bench_memory_bandwidth(threadpool *pool, uint64_t bytes);
 
 /* The sum of the 64-bit words of n_lines 64-byte lines at buf (8-byte aligned), read as `streams`
