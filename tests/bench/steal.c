@@ -56,6 +56,18 @@ static void *steal_run(void *arg) {
     return NULL;
 }
 
+/* *out = the number in text when it is one in (lo, hi]; else a message naming the option. */
+static int parse_in_range(const char *option, const char *text, double lo, double hi, double *out) {
+    char *end = NULL;
+    const double v = strtod(text, &end);
+    if (end == text || *end || !(v > lo && v <= hi)) {
+        fprintf(stderr, "steal: %s '%s' is not in (%.0f, %.0f]\n", option, text, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static void usage(FILE *out) {
     fprintf(out, "usage: steal [--seconds S] [--threshold-us U] [--cpus N]\n"
                  "  --seconds S       how long each CPU is probed (default 3)\n"
@@ -78,18 +90,10 @@ int main(int argc, char **argv) {
         char *end = NULL;
         switch (opt) {
             case 's':
-                seconds = strtod(optarg, &end);
-                if (*end || !(seconds > 0 && seconds <= 3600)) {
-                    fprintf(stderr, "steal: --seconds '%s' is not in (0, 3600]\n", optarg);
-                    return 2;
-                }
+                if (parse_in_range("--seconds", optarg, 0, 3600, &seconds)) return 2;
                 break;
             case 'u':
-                threshold_us = strtod(optarg, &end);
-                if (*end || !(threshold_us > 0 && threshold_us <= 1e6)) {
-                    fprintf(stderr, "steal: --threshold-us '%s' is not in (0, 1000000]\n", optarg);
-                    return 2;
-                }
+                if (parse_in_range("--threshold-us", optarg, 0, 1e6, &threshold_us)) return 2;
                 break;
             case 'c':
                 n_cpus = strtol(optarg, &end, 10);
