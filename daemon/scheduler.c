@@ -74,6 +74,7 @@ typedef struct sched_model {
     uint64_t served;
     int64_t last_used_ms; /* Unix time */
     uint64_t swap_ins, swap_outs;
+    uint64_t loads; /* loads and swap-ins started */
     mem_owner *owner;   /* its memory: a jemalloc arena and the weights' mapping */
     int64_t load_us;    /* how long the last load took (reload cost) */
     int64_t merge_us;   /* a variant's last merge: what losing its cached image would cost */
@@ -651,6 +652,7 @@ static corral_status model_ensure_loaded(sched *s, sched_model *sm, int64_t *loa
     if ((st = variant_prepare(s, sm, err)) != CORRAL_OK) return st;
     const int before = sm->state;
     sm->state = MODEL_LOADING;
+    sm->loads++;
     bool restored = false;
     if (before == MODEL_SWAPPED && sm->m) {
         restored = model_restore(sm);
@@ -1368,6 +1370,7 @@ static void fill_model_status(sched_model *sm, Corral__V1__ModelStatus *ms) {
     ms->swap_outs = sm->swap_outs;
     ms->merges = sm->merges;
     ms->last_load_ms = (uint64_t)(sm->load_us / 1000);
+    ms->loads = sm->loads;
     if (sm->cfg->n_adapters) ms->base_path = sm->cfg->path;
     ms->adapters = adapter_infos(sm->cfg, &ms->n_adapters);
 }

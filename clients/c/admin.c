@@ -223,6 +223,7 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
         ms->adapters = adapters_copy(&b, m->adapters, m->n_adapters);
         ms->merges = m->merges;
         ms->last_load_ms = m->last_load_ms;
+        ms->loads = m->loads;
     }
     corral_daemon_status *ds = &rep->daemon;
     ds->version = block_str(&b, d ? d->version : NULL);

@@ -354,6 +354,7 @@ typedef struct corral_model_status {
     const corral_adapter *adapters;
     uint64_t merges;       /* times its adapters were merged (0 while the cache served) */
     uint64_t last_load_ms; /* how long its last load or swap-in took */
+    uint64_t loads;        /* loads and swap-ins started for it */
 } corral_model_status;
 
 /* The daemon's totals (proto DaemonStatus). */

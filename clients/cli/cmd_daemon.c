@@ -281,6 +281,8 @@ static void json_model_statuses(json_writer *j, const corral_status_report *r) {
         json_uint(j, m->ttl_ms);
         json_key(j, "last_load_ms");
         json_uint(j, m->last_load_ms);
+        json_key(j, "loads");
+        json_uint(j, m->loads);
         if (m->base_path[0]) {
             json_key(j, "base_path");
             json_string(j, m->base_path);

@@ -345,6 +345,7 @@ def decode_status(msg: Any) -> StatusReply:
                 adapters=_adapters(m.adapters),
                 merges=m.merges,
                 last_load_ms=m.last_load_ms,
+                loads=m.loads,
             )
             for m in msg.models
         ),

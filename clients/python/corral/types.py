@@ -235,6 +235,8 @@ class ModelStatus:
     """Times its adapters were merged (0 while the merged-image cache served every load)."""
     last_load_ms: int = 0
     """How long its last load or swap-in took."""
+    loads: int = 0
+    """Loads and swap-ins started for it (a burst of requests for an unloaded model starts one)."""
 
 
 @dataclass(frozen=True)
