@@ -1,92 +1,160 @@
 /*
- * job.h — one client request on its way through corrald, shared by the server (I/O thread) and
- * the scheduler (compute thread).
+ * job.h — one request on its way through corrald: the object a front end and the core share.
  *
- * Ownership: the server creates a job for every request that needs the scheduler, registers it in
- * its table of requests in flight, and hands it over with sched_submit(). From then on the
- * scheduler alone touches the job's scheduler fields; it answers through sched outbox messages
- * (outmsg), the last of which is marked final. The server sends that final message, removes the
- * job from its table and frees it — so the job outlives everything that may point at it. The only
- * fields the server writes after the hand-over are the atomics: `cancel` (Cancel request, client
- * gone, stream stalled) and `paused` (the client is not reading).
+ * A front end makes a job for every request the core must answer (job_new), fills in the request
+ * (core_request, request.h) and hands it over with core_submit (core.h). The core answers through
+ * the job's events: text as it is generated, prefill progress, and exactly one final event — a
+ * generation's Done, an Error, or the reply to another request. The front end that owns the job
+ * learns of new events through its sink: a queue of jobs with something to take, and a notify
+ * callback the core calls when a job joins the queue (e.g. a write to an eventfd the front end
+ * polls). After the final event the core never touches the job again; the front end sends what
+ * it took, and frees the job.
+ *
+ * No allocation per token. The core appends a token's text and id to the job's pending buffers;
+ * the front end takes them by swapping in its own empty buffers (job_take), so each side reuses
+ * two buffers that only grow, amortised, when a burst is bigger than any before. Tokens the front
+ * end has not taken yet coalesce: a front end that falls behind sends them as one piece.
+ *
+ * Threads. The request and `front` are written by the front end before core_submit and read-only
+ * afterwards. `cancel` and `paused` are atomics the front end sets at any time (then core_poke).
+ * Events are exchanged under the sink's lock. Everything else in a job is the front end's.
  */
 #ifndef CORRAL_DAEMON_JOB_H
 #define CORRAL_DAEMON_JOB_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "corral.pb-c.h"
-#include "corral/generate.h"
+#include "corral/status.h"
+#include "request.h"
 
-/* What the client was told when a job was cancelled. */
+/* Why a job was cancelled, as the client is told. */
 typedef enum job_cancel {
     JOB_CANCEL_NONE = 0,
-    JOB_CANCEL_CLIENT = 1,  /* Cancel request */
+    JOB_CANCEL_CLIENT = 1,  /* the client asked */
     JOB_CANCEL_GONE = 2,    /* the client disconnected or went silent */
     JOB_CANCEL_STALLED = 3, /* the client stopped reading its stream */
     JOB_CANCEL_SHUTDOWN = 4,
 } job_cancel;
 
-struct sched_model;
-struct sched_session;
+/* Generated text and the ids it came from, not yet sent. */
+typedef struct job_text {
+    char *text; /* NUL-terminated */
+    size_t len, cap;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+} job_text;
 
-typedef struct job {
-    /* Set by the server before sched_submit; read-only afterwards. */
-    uint64_t id;       /* the client's request id */
-    uint8_t peer[256]; /* ZeroMQ routing identity of the client */
-    size_t peer_len;
-    char app[64];
-    Corral__V1__Request *req; /* decoded request; owned (freed with the job) */
-    int64_t received_us;      /* monotonic */
-    int64_t deadline_us;      /* monotonic; 0 = none */
+/* The kind of a job's final event. */
+typedef enum job_final {
+    JOB_FINAL_NONE = 0,  /* not yet */
+    JOB_FINAL_DONE = 1,  /* a generation ended: job->done */
+    JOB_FINAL_ERROR = 2, /* job->error_code, job->error_message */
+    JOB_FINAL_REPLY = 3, /* job->reply */
+} job_final;
 
-    /* Written by the server at any time, read by the scheduler. */
+typedef struct core_sink core_sink;
+typedef struct job job;
+
+struct job {
+    /* Set by the front end before core_submit. */
+    core_request req;
+    char app[64];                    /* the app the request runs as */
+    uint64_t id;                     /* the front end's id of the request, for logs */
+    int64_t received_us;             /* monotonic */
+    int64_t deadline_us;             /* monotonic; 0 = none */
+    void *front;                     /* the front end's own data (owns the request's strings) */
+    void (*front_free)(void *front); /* frees `front` with the job; may be NULL */
+
+    /* Set by the front end at any time. */
     atomic_int cancel; /* job_cancel */
-    atomic_int paused; /* 1 while the client's pipe is full */
+    atomic_int paused; /* 1 while the client cannot take more output */
 
-    /* Scheduler state. */
-    struct sched_model *model;
-    struct sched_session *session;
-    cfg_priority priority;
-    bool started;    /* prompt tokenized, generator made */
-    bool counted;    /* counted in the model's and app's queue totals */
-    bool active;     /* holds an active slot of its model */
-    int32_t *prompt; /* prompt ids (whole prompt, session prefix included) */
-    uint32_t n_prompt;
-    uint32_t n_prefilled; /* prompt ids run so far (counting the reused prefix) */
-    uint32_t n_cached;    /* ids taken from the session's KV cache */
-    int32_t *generated;   /* generated ids, for sessions */
-    uint32_t n_generated, cap_generated;
-    struct kv_cache *kv; /* the job's own cache, or the session's */
-    generator *gen;
-    struct policy_gen *pg;  /* its output constraint (regex), or NULL */
-    char *sanitizer_report; /* what the sanitizers changed, for Done; NULL when nothing */
-    uint32_t chunk_index;
-    char *text; /* non-streaming: the whole output */
-    size_t text_len, text_cap;
-    int64_t started_us, load_us, prefill_us, decode_us;
-    int64_t retry_at_us;          /* waiting for memory: do not try to start before this */
-    int64_t memory_wait_until_us; /* waiting for memory: give up at this time */
-    char wait_reason[384];        /* waiting for memory: what holds it (the eventual error) */
-    struct job *next;             /* scheduler queue link */
-} job;
+    /* Events: written by the core under the sink's lock (job_emit_*), taken by the front end
+     * (job_take). The final event's data below is the front end's to read once job_take has
+     * reported it. */
+    core_sink *sink;
+    job_text pending; /* text not yet taken */
+    bool has_progress;
+    uint32_t progress_done, progress_total;
+    job_final final;
+    bool queued;                                  /* in the sink's ready queue */
+    job *ready_next;                              /* the sink's ready queue */
+    job *inbox_next;                              /* the core's inbox, before admission */
+    core_done done;                               /* JOB_FINAL_DONE */
+    corral_status error_code;                     /* JOB_FINAL_ERROR */
+    char error_message[CORRAL_ERROR_MESSAGE_MAX]; /* JOB_FINAL_ERROR */
+    core_reply *reply;                            /* JOB_FINAL_REPLY */
 
-/* A message for the server to send: `data` is a packed Response to job's peer. When `final`, the
- * server frees the job after sending (or failing to send) it. */
-typedef struct outmsg {
-    job *job;
-    uint8_t *data;
-    size_t len;
-    bool final;
-    struct outmsg *next;
-} outmsg;
+    /* The core's own state for the job; the front end never looks at it. */
+    void *core;
+};
 
-/* Free a job and everything it owns (the request, buffers). Not its kv cache if it belongs to a
- * session, nor the generator: the scheduler releases those when it finishes the job. */
-void job_free(job *j);
+/* ---- sinks (front end side) ---------------------------------------------------------------- */
+
+/* A front end's queue of jobs with events to take. `notify(ctx)` is called, from the core's
+ * thread, whenever a job joins the queue; it must be cheap and must not call back into the core.
+ * Caller owns the result. NULL with err when out of memory. */
+core_sink *core_sink_new(void (*notify)(void *ctx), void *ctx, corral_error *err);
+
+/* NULL-safe; sets *s to NULL. Every job of the sink must be freed first. */
+void core_sink_destroy(core_sink **s);
+
+/* Take up to max of the jobs queued since the last call, oldest first, into out[]; returns how
+ * many. Each leaves the queue (the next event queues it again). Call again while it returns max.
+ * Thread-safe. */
+size_t core_sink_take_ready(core_sink *s, job **out, size_t max);
+
+/* ---- jobs (front end side) ----------------------------------------------------------------- */
+
+/* A new job whose events go to `sink`, with its output buffers allocated. Caller owns the result
+ * (job_free). NULL with err when out of memory. */
+job *job_new(core_sink *sink, corral_error *err);
+
+/* Free a job: its buffers, its final event's data, and `front` through front_free. Only after its
+ * final event (or if it was never submitted). NULL-safe; sets *j to NULL. */
+void job_free(job **j);
+
+/* What job_take found. */
+typedef struct job_taken {
+    bool has_progress;
+    uint32_t progress_done, progress_total;
+    job_final final; /* JOB_FINAL_NONE while the job goes on */
+} job_taken;
+
+/* Take a job's events: when `with_text`, the pending text and ids are swapped with *spare, which
+ * must be empty (its len and n_ids 0) and comes back holding them; the last progress is reported
+ * once; `final` tells whether the final event has come (its data is then in the job). A
+ * non-streamed generation is taken without text until its final event. Thread-safe. */
+void job_take(job *j, bool with_text, job_text *spare, job_taken *out);
+
+/* Buffers for job_take's `spare`, and their release. */
+corral_status job_text_init(job_text *t, corral_error *err);
+void job_text_free(job_text *t);
+static inline void job_text_clear(job_text *t) {
+    t->len = 0;
+    t->n_ids = 0;
+    if (t->text) t->text[0] = '\0';
+}
+
+/* ---- events (core side) -------------------------------------------------------------------- */
+
+/* Append a token's text (len bytes, may be 0) and, when id >= 0, its id. Never allocates unless
+ * the pending text outgrows every earlier burst; when memory runs out the text is dropped (the
+ * generation still ends with its final event). */
+void job_emit_text(job *j, const char *text, size_t len, int32_t id);
+
+/* Report prefill progress (the latest report replaces one not yet taken). */
+void job_emit_progress(job *j, uint32_t done, uint32_t total);
+
+/* Final events: after any of them the core must not touch j again. job_emit_done takes ownership
+ * of done->sanitizer_report; job_emit_reply of reply. */
+void job_emit_done(job *j, const core_done *done);
+void job_emit_error(job *j, corral_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void job_emit_reply(job *j, core_reply *reply);
 
 #endif /* CORRAL_DAEMON_JOB_H */

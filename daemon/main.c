@@ -1,5 +1,6 @@
 /*
- * main.c — corrald: command line, configuration, logging, signals; then the server loop.
+ * main.c — corrald: command line, configuration, logging, signals; then the core (core.h) and
+ * its front ends (front_zmq.h), and the ZeroMQ front end's loop on this thread.
  *
  * Precedence for every setting: command-line flag > environment (CORRAL_LOG_LEVEL) > config file >
  * built-in default. SIGINT and SIGTERM stop the daemon cleanly (exit 0), SIGHUP reloads the
@@ -20,9 +21,9 @@
 #include "corral/endpoint.h"
 #include "corral/log.h"
 #include "corral/version.h"
+#include "core.h"
+#include "front_zmq.h"
 #include "mem.h"
-#include "scheduler.h"
-#include "server.h"
 
 static void print_usage(FILE *out) {
     fprintf(out,
@@ -173,7 +174,7 @@ int main(int argc, char **argv) {
 
     if (check_only) {
         corral_error perr;
-        if (sched_check_profiles(config, &perr) != CORRAL_OK) {
+        if (core_check_config(config, &perr) != CORRAL_OK) {
             fprintf(stderr, "corrald: %s\n", perr.message);
             cfg_destroy(&config);
             return 1;
@@ -208,20 +209,27 @@ int main(int argc, char **argv) {
              LOG_INT("jemalloc_active", mem_allocator_is_jemalloc()), LOG_STR("cpu", features),
              LOG_INT("pid", getpid()));
 
-    /* The server (its scheduler) owns the configuration from here on. */
-    server *srv = server_new(config, &err);
+    /* The core owns the configuration from here on; the front end reads its limits. */
+    char *reload_path = config->source_path ? strdup(config->source_path) : NULL;
+    core *k = core_new(config, &err);
     config = NULL;
-    if (!srv) {
+    front_zmq *front = k ? front_zmq_new(k, core_initial_config(k), &err) : NULL;
+    if (!front) {
         log_error("cannot start", LOG_STR("error", err.message));
+        core_destroy(&k);
+        free(reload_path);
         close(signal_fd);
         return 1;
     }
-    for (size_t i = 0; i < server_endpoint_count(srv); i++)
-        log_info("listening", LOG_STR("endpoint", server_endpoint(srv, i)));
+    for (size_t i = 0; i < front_zmq_endpoint_count(front); i++)
+        log_info("listening", LOG_STR("endpoint", front_zmq_endpoint(front, i)));
 
-    corral_status st = server_run(srv, signal_fd, &err);
-    if (st != CORRAL_OK) log_error("server failed", LOG_STR("error", err.message));
-    server_destroy(&srv);
+    corral_status st = front_zmq_run(front, signal_fd, reload_path, &err);
+    if (st != CORRAL_OK) log_error("front end failed", LOG_STR("error", err.message));
+    /* The core first: it may still hold jobs of the front end's until its threads stop. */
+    core_destroy(&k);
+    front_zmq_destroy(&front);
+    free(reload_path);
     close(signal_fd);
     log_info("corrald stopped");
     return st == CORRAL_OK ? 0 : 1;

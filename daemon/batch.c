@@ -1,0 +1,186 @@
+/*
+ * batch.c — starting prepared jobs and stepping a model's active jobs together.
+ *
+ * A step takes, for one model, every active job whose client is reading (at most the batch's
+ * capacity: limits.active_per_model plus SCHED_MAX_REALTIME_EXTRA realtime ones), highest class
+ * first, then the one that waited longest since its last step. Each job that has its prompt in
+ * the cache contributes its next token; the prompt tokens of jobs still prefilling share a budget
+ * of limits.prefill_chunk tokens per step, so that a long prompt cannot make a step long — and
+ * only jobs of the step's highest class prefill, so that a background prompt never slows a
+ * realtime or interactive one. The step's tokens then go through the model together.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "corral/log.h"
+#include "sched_impl.h"
+
+corral_status batch_alloc(struct core *k, sched_model *sm, corral_error *err) {
+    const uint32_t cap = (uint32_t)core_cfg(k)->active_per_model + SCHED_MAX_REALTIME_EXTRA;
+    if (sm->members && sm->batch_cap >= cap) return CORRAL_OK;
+    const unsigned scope = mem_scope_enter(sm->owner);
+    sjob **members = realloc(sm->members, cap * sizeof *members);
+    mem_scope_leave(scope);
+    if (!members) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    sm->members = members;
+    sm->batch_cap = cap;
+    return CORRAL_OK;
+}
+
+void batch_free(sched_model *sm) {
+    free(sm->members);
+    sm->members = NULL;
+    sm->batch_cap = 0;
+}
+
+/* ---- starting -------------------------------------------------------------------------------- */
+
+/* Undo what a start that failed or must wait had made: the job either fails or tries again from
+ * its prepared state. */
+static void start_undo(sjob *sj) {
+    if (sj->kv && !sj->session) residency_kv_free(sj->model, &sj->kv);
+    sj->kv = NULL;
+    if (sj->session && sj->session->busy == sj) sj->session->busy = NULL;
+    sj->session = NULL;
+    sj->n_cached = sj->n_prefilled = 0;
+}
+
+corral_status batch_start(struct core *k, sjob *sj, bool *wait, corral_error *err) {
+    sched_model *sm = sj->model;
+    *wait = false;
+    corral_status st = CORRAL_OK;
+    if (sj->j->req.generate.session[0]) st = session_attach(k, sj, err);
+    sched_session *ss = sj->session;
+    if (st == CORRAL_OK && (!ss || !ss->kv)) {
+        /* A new cache: the session's whole context, or just enough for this request. */
+        uint32_t positions = sm->context;
+        if (!ss && sj->n_prompt + sj->max_tokens < positions)
+            positions = sj->n_prompt + sj->max_tokens;
+        bool never = false;
+        st = residency_make_room(k, residency_kv_bytes(sm, positions), sm, &never, err);
+        if (st == CORRAL_RESOURCE_EXHAUSTED && !never) {
+            *wait = true;
+        } else if (st == CORRAL_OK) {
+            kv_cache *kv = residency_kv_new(sm, positions, err);
+            if (!kv)
+                st = err->status;
+            else if (ss)
+                ss->kv = kv;
+            else
+                sj->kv = kv;
+            if (kv && ss && ss->swapped) session_swap_in(k, ss);
+        }
+    }
+    if (st == CORRAL_OK && ss) {
+        /* Reuse the longest prefix the cache already holds; the last prompt token always runs
+         * again so that its logits are fresh. */
+        uint32_t common = 0;
+        while (common < ss->n_tokens && common < sj->n_prompt &&
+               ss->tokens[common] == sj->prompt[common])
+            common++;
+        if (common >= sj->n_prompt) common = sj->n_prompt - 1;
+        kv_cache_truncate(ss->kv, common);
+        ss->n_tokens = common;
+        ss->busy = sj;
+        sj->kv = ss->kv;
+        sj->n_cached = common;
+        sj->n_prefilled = common;
+    }
+    if (st == CORRAL_OK) {
+        const unsigned scope = mem_scope_enter(sm->owner);
+        sj->g = gen_new(sm->m, sm->runner, sj->kv, &sj->params, err);
+        mem_scope_leave(scope);
+        if (!sj->g) st = err->status;
+    }
+    if (st != CORRAL_OK) {
+        start_undo(sj);
+        return st;
+    }
+    sj->phase = SJOB_ACTIVE;
+    sj->started_us = sched__mono_us();
+    sm->last_used_ms = sched__unix_ms();
+    return CORRAL_OK;
+}
+
+/* ---- stepping -------------------------------------------------------------------------------- */
+
+/* A job's result of the step: a prefill slice ran, or a token came out. */
+static void after_prefill(struct core *k, sjob *sj, uint32_t n, int64_t us) {
+    sj->prefill_us += us;
+    sj->n_prefilled += n;
+    /* Long prompts report progress so the client sees the request is alive. */
+    if (sj->n_prompt - sj->n_cached > (uint32_t)core_cfg(k)->prefill_chunk)
+        job_emit_progress(sj->j, sj->n_prefilled, sj->n_prompt);
+}
+
+static void after_token(struct core *k, sjob *sj, const gen_token *t, int64_t us) {
+    sj->decode_us += us;
+    if (t->id >= 0 && sj->n_generated < sj->cap_generated) sj->generated[sj->n_generated++] = t->id;
+    if (t->len > 0 || t->id >= 0) job_emit_text(sj->j, t->text, t->len, t->id);
+    if (t->stop != GEN_STOP_NONE) sched_finish_done(k, sj, (core_stop)t->stop);
+}
+
+/* Whether sj goes before other in a step: higher class, then the longer wait since its last
+ * step. */
+static bool goes_first(const sjob *sj, const sjob *other) {
+    if (sj->priority != other->priority) return sj->priority > other->priority;
+    return sj->last_step_us < other->last_step_us;
+}
+
+void batch_step(struct core *k, sched_model *sm) {
+    /* The members, best first: an insertion sort that keeps the batch_cap best. */
+    uint32_t n = 0;
+    for (sjob *sj = k->jobs; sj; sj = sj->next) {
+        if (sj->model != sm || sj->phase != SJOB_ACTIVE || atomic_load(&sj->j->paused)) continue;
+        uint32_t i;
+        if (n < sm->batch_cap)
+            i = n++;
+        else if (goes_first(sj, sm->members[n - 1]))
+            i = n - 1;
+        else
+            continue;
+        sm->members[i] = sj;
+        for (; i > 0 && goes_first(sm->members[i], sm->members[i - 1]); i--) {
+            sjob *t = sm->members[i];
+            sm->members[i] = sm->members[i - 1];
+            sm->members[i - 1] = t;
+        }
+    }
+    if (n == 0) return;
+    const cfg *c = core_cfg(k);
+    const cfg_priority top = sm->members[0]->priority;
+    uint32_t prefill_budget = (uint32_t)c->prefill_chunk;
+    const int64_t now = sched__mono_us();
+    sm->last_step_us = now;
+    sm->last_used_ms = sched__unix_ms();
+    corral_error err = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        sjob *sj = sm->members[i];
+        if (sj->n_prefilled < sj->n_prompt) {
+            if (sj->priority != top || prefill_budget == 0) continue;
+            uint32_t take = sj->n_prompt - sj->n_prefilled;
+            if (take > prefill_budget) take = prefill_budget;
+            prefill_budget -= take;
+            sj->last_step_us = now;
+            const unsigned scope = mem_scope_enter(sm->owner);
+            const int64_t t0 = sched__mono_us();
+            const corral_status st = gen_prefill(sj->g, sj->prompt + sj->n_prefilled, take, &err);
+            mem_scope_leave(scope);
+            if (st != CORRAL_OK)
+                sched_finish_error(k, sj, err.status, "%s", err.message);
+            else
+                after_prefill(k, sj, take, sched__mono_us() - t0);
+            continue;
+        }
+        sj->last_step_us = now;
+        gen_token t;
+        const unsigned scope = mem_scope_enter(sm->owner);
+        const int64_t t0 = sched__mono_us();
+        const corral_status st = gen_next(sj->g, &t, &err);
+        mem_scope_leave(scope);
+        if (st != CORRAL_OK)
+            sched_finish_error(k, sj, err.status, "%s", err.message);
+        else
+            after_token(k, sj, &t, sched__mono_us() - t0);
+    }
+}

@@ -1,0 +1,615 @@
+/*
+ * front_zmq.c — the ZeroMQ front end's loop (see front_zmq.h).
+ *
+ * Framing: a DEALER client sends one frame (a serialized Request); the ROUTER socket hands us
+ * [peer identity][payload]. Every answer goes back as [peer identity][serialized Response]. A
+ * message that is not a valid Request gets an Error(PROTOCOL) with id 0, and the loop goes on:
+ * nothing a client sends can stop the front end. Ping and Cancel are answered here; every other
+ * request becomes a job for the core (front_zmq_proto.c translates both ways).
+ *
+ * Requests in flight: each job has a `zreq` holding the decoded request (the job's strings point
+ * into it), the client's routing identity, and what was taken from the job but not yet accepted
+ * by ZeroMQ. Sends never block: with ZMQ_ROUTER_MANDATORY and ZMQ_DONTWAIT a full pipe gives
+ * EAGAIN — the zreq keeps what it holds and marks the job paused, so the core computes nothing
+ * more for it — and a vanished peer gives EHOSTUNREACH (the job is cancelled). Held output is
+ * retried every few milliseconds; a stream paused longer than limits.stall_timeout_ms is
+ * cancelled. A client whose last message is older than limits.peer_timeout_ms has its requests
+ * cancelled.
+ *
+ * The core tells us of new events through the sink's notify callback, which writes to an eventfd
+ * that the loop polls with the sockets.
+ */
+#include "front_zmq.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "corral.pb-c.h"
+#include "corral/endpoint.h"
+#include "corral/log.h"
+#include "front_zmq_proto.h"
+#include "job.h"
+
+enum { FRONT_MAX_ENDPOINTS = 64, FRONT_SNDHWM = 256, SHUTDOWN_GRACE_MS = 1500, PEER_ID_MAX = 256 };
+
+/* One request in flight: the front end's side of a job. */
+typedef struct zreq {
+    job *j;
+    Corral__V1__Request *wire; /* the decoded request; the job's strings point into it */
+    void *extra;               /* arrays of the core request beyond the decoded message */
+    uint8_t peer[PEER_ID_MAX]; /* the client's routing identity */
+    size_t peer_len;
+    uint64_t id; /* the client's request id */
+    bool stream;
+    /* Taken from the job, not yet accepted by ZeroMQ (sent in this order). */
+    bool progress_held;
+    uint32_t progress_done, progress_total;
+    job_text text;
+    bool final_seen;         /* the job's final event was taken */
+    uint32_t chunk_index;    /* the next Chunk's index */
+    int64_t paused_since_us; /* 0 while the client reads */
+    bool dead;               /* the client is gone: drop its output */
+    struct zreq *next;
+} zreq;
+
+typedef struct peer {
+    uint8_t id[PEER_ID_MAX];
+    size_t len;
+    int64_t last_seen_us;
+    struct peer *next;
+} peer;
+
+struct front_zmq {
+    core *core;
+    const cfg *config; /* limits, endpoints: the configuration the core started with */
+    core_sink *sink;
+    void *zctx;
+    void *router;
+    char *endpoints[FRONT_MAX_ENDPOINTS];
+    size_t n_endpoints;
+    int event_fd;
+    zproto_buf buf; /* packing buffer, reused */
+    zreq *inflight;
+    peer *peers;
+    bool stopping;
+};
+
+static int64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The sink's notify: runs on the core's threads, so it only writes the eventfd. */
+static void notify_event_fd(void *ctx) {
+    const front_zmq *f = ctx;
+    const uint64_t one = 1;
+    if (write(f->event_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+        log_warn("cannot wake the ZeroMQ front end", LOG_STR("error", strerror(errno)));
+}
+
+/* ---- setup ----------------------------------------------------------------------------------- */
+
+static corral_status front_bind(front_zmq *f, const char *endpoint, corral_error *err) {
+    if (f->n_endpoints == FRONT_MAX_ENDPOINTS)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "more than %d endpoints",
+                                FRONT_MAX_ENDPOINTS);
+    corral_status st = endpoint_prepare_bind(endpoint, err);
+    if (st != CORRAL_OK) return st;
+    if (zmq_bind(f->router, endpoint) != 0)
+        return corral_error_set(err, CORRAL_IO, "cannot bind %s: %s", endpoint,
+                                zmq_strerror(zmq_errno()));
+    f->endpoints[f->n_endpoints] = strdup(endpoint);
+    if (!f->endpoints[f->n_endpoints])
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    f->n_endpoints++;
+    return CORRAL_OK;
+}
+
+front_zmq *front_zmq_new(core *k, const cfg *c, corral_error *err) {
+    front_zmq *f = calloc(1, sizeof *f);
+    if (!f) {
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+        return NULL;
+    }
+    f->core = k;
+    f->config = c;
+    f->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (f->event_fd < 0) {
+        corral_error_set(err, CORRAL_INTERNAL, "eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    if (!(f->sink = core_sink_new(notify_event_fd, f, err))) goto fail;
+    f->zctx = zmq_ctx_new();
+    if (!f->zctx) {
+        corral_error_set(err, CORRAL_INTERNAL, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    f->router = zmq_socket(f->zctx, ZMQ_ROUTER);
+    if (!f->router) {
+        corral_error_set(err, CORRAL_INTERNAL, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    int64_t max_msg = (int64_t)c->max_message_bytes;
+    int one = 1, linger = 0, hwm = FRONT_SNDHWM, heartbeat = 5000;
+    zmq_setsockopt(f->router, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+    /* Unroutable replies (peer gone) and full pipes become errors instead of silent drops. */
+    zmq_setsockopt(f->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(f->router, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(f->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    /* Transport heartbeats close dead connections, so their peers become unroutable. */
+    zmq_setsockopt(f->router, ZMQ_HEARTBEAT_IVL, &heartbeat, sizeof heartbeat);
+    heartbeat *= 3;
+    zmq_setsockopt(f->router, ZMQ_HEARTBEAT_TIMEOUT, &heartbeat, sizeof heartbeat);
+
+    if (c->n_listen == 0) {
+        char endpoint[ENDPOINT_MAX];
+        if (endpoint_default(endpoint, sizeof endpoint, err) != CORRAL_OK) goto fail;
+        if (front_bind(f, endpoint, err) != CORRAL_OK) goto fail;
+    } else {
+        for (size_t i = 0; i < c->n_listen; i++)
+            if (front_bind(f, c->listen[i], err) != CORRAL_OK) goto fail;
+    }
+    return f;
+fail:
+    front_zmq_destroy(&f);
+    return NULL;
+}
+
+size_t front_zmq_endpoint_count(const front_zmq *f) {
+    return f->n_endpoints;
+}
+
+const char *front_zmq_endpoint(const front_zmq *f, size_t i) {
+    return i < f->n_endpoints ? f->endpoints[i] : NULL;
+}
+
+/* ---- sending --------------------------------------------------------------------------------- */
+
+/* Send one packed Response (in f->buf) to a peer without blocking: 0, or the zmq errno. */
+static int send_to(front_zmq *f, const uint8_t *peer_id, size_t peer_len, size_t len) {
+    if (len == 0) return ENOMEM;
+    if (zmq_send(f->router, peer_id, peer_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return zmq_errno();
+    /* The identity frame was accepted, so the pipe had room: the payload follows it. */
+    if (zmq_send(f->router, f->buf.data, len, ZMQ_DONTWAIT) < 0) return zmq_errno();
+    return 0;
+}
+
+/* A reply that is not part of a job (ping, cancel, refusals): best effort. */
+static void send_direct(front_zmq *f, const uint8_t *peer_id, size_t peer_len, size_t len,
+                        uint64_t id) {
+    const int rc = send_to(f, peer_id, peer_len, len);
+    if (rc)
+        log_debug("response not delivered", LOG_STR("reason", zmq_strerror(rc)),
+                  LOG_UINT("id", id));
+}
+
+static void send_error(front_zmq *f, const uint8_t *peer_id, size_t peer_len, uint64_t id,
+                       corral_status code, const char *message) {
+    send_direct(f, peer_id, peer_len, zproto_pack_error(&f->buf, id, code, message), id);
+}
+
+/* ---- requests in flight ---------------------------------------------------------------------- */
+
+/* The job's `front` destructor: the decoded request and the zreq itself. */
+static void zreq_free(void *p) {
+    zreq *q = p;
+    if (q->wire) corral__v1__request__free_unpacked(q->wire, NULL);
+    free(q->extra);
+    job_text_free(&q->text);
+    free(q);
+}
+
+static zreq *inflight_find(front_zmq *f, const uint8_t *peer_id, size_t peer_len, uint64_t id) {
+    for (zreq *q = f->inflight; q; q = q->next)
+        if (q->id == id && q->peer_len == peer_len && memcmp(q->peer, peer_id, peer_len) == 0)
+            return q;
+    return NULL;
+}
+
+/* Unlink q and free its job (which frees q). Only once the job's final event was taken, or if
+ * it was never submitted. */
+static void inflight_remove(front_zmq *f, zreq *q) {
+    for (zreq **pp = &f->inflight; *pp; pp = &(*pp)->next)
+        if (*pp == q) {
+            *pp = q->next;
+            break;
+        }
+    job *j = q->j;
+    job_free(&j);
+}
+
+static void cancel_job(front_zmq *f, zreq *q, job_cancel why) {
+    int expected = JOB_CANCEL_NONE;
+    atomic_compare_exchange_strong(&q->j->cancel, &expected, why);
+    if (why == JOB_CANCEL_GONE || why == JOB_CANCEL_STALLED) {
+        /* Nothing more will reach this client: drop what is held and let the core run it to its
+         * end (the final event then frees it). */
+        q->dead = true;
+        q->progress_held = false;
+        job_text_clear(&q->text);
+        atomic_store(&q->j->paused, 0);
+    }
+    core_poke(f->core);
+}
+
+/* The packed final Response of q's job. */
+static size_t pack_final(front_zmq *f, const zreq *q) {
+    const job *j = q->j;
+    switch (j->final) {
+        case JOB_FINAL_DONE:
+            return zproto_pack_done(&f->buf, q->id, &j->done);
+        case JOB_FINAL_ERROR:
+            return zproto_pack_error(&f->buf, q->id, j->error_code, j->error_message);
+        case JOB_FINAL_REPLY:
+            return zproto_pack_reply(&f->buf, q->id, j->reply);
+        case JOB_FINAL_NONE:
+            break;
+    }
+    return 0;
+}
+
+/* Send what q holds, in order (progress, text, the final event), taking more from the job as it
+ * goes. Returns false when q was freed (its final event went out, or its client is gone). On
+ * EAGAIN it keeps what is left and marks the job paused. */
+static bool zreq_flush(front_zmq *f, zreq *q) {
+    for (;;) {
+        if (q->dead) {
+            /* Take and drop everything until the final event. */
+            job_taken t;
+            job_take(q->j, true, &q->text, &t);
+            job_text_clear(&q->text);
+            if (t.final == JOB_FINAL_NONE) return true;
+            inflight_remove(f, q);
+            return false;
+        }
+        int rc = 0;
+        if (q->progress_held) {
+            rc = send_to(f, q->peer, q->peer_len,
+                         zproto_pack_progress(&f->buf, q->id, q->progress_done, q->progress_total));
+            if (rc == 0) q->progress_held = false;
+        }
+        /* A streamed job sends its text as it comes; a whole one sends one Chunk (even empty)
+         * before its Done. */
+        const bool send_text =
+            q->stream ? (q->text.len || q->text.n_ids)
+                      : q->final_seen && q->j->final == JOB_FINAL_DONE && q->chunk_index == 0;
+        if (rc == 0 && send_text) {
+            rc = send_to(f, q->peer, q->peer_len,
+                         zproto_pack_chunk(&f->buf, q->id, &q->text, q->chunk_index));
+            if (rc == 0) {
+                q->chunk_index++;
+                job_text_clear(&q->text);
+            }
+        }
+        if (rc == 0 && q->final_seen) {
+            rc = send_to(f, q->peer, q->peer_len, pack_final(f, q));
+            if (rc != EAGAIN) {
+                if (rc)
+                    log_debug("final response not delivered", LOG_UINT("id", q->id),
+                              LOG_STR("reason", zmq_strerror(rc)));
+                inflight_remove(f, q);
+                return false;
+            }
+        }
+        if (rc == EAGAIN) {
+            if (!q->paused_since_us) q->paused_since_us = mono_us();
+            atomic_store(&q->j->paused, 1);
+            return true;
+        }
+        if (rc) {
+            /* EHOSTUNREACH: the client is gone. */
+            log_debug("client gone", LOG_UINT("id", q->id), LOG_STR("reason", zmq_strerror(rc)));
+            cancel_job(f, q, JOB_CANCEL_GONE);
+            continue;
+        }
+        if (q->paused_since_us) {
+            q->paused_since_us = 0;
+            atomic_store(&q->j->paused, 0);
+            core_poke(f->core);
+        }
+        if (q->final_seen) continue; /* cannot happen: sent above */
+        /* Everything held went out: take what came since. */
+        job_taken t;
+        job_take(q->j, q->stream, &q->text, &t);
+        if (t.final != JOB_FINAL_NONE) {
+            if (!q->stream) job_take(q->j, true, &q->text, &t);
+            q->final_seen = true;
+        }
+        if (t.has_progress) {
+            q->progress_held = true;
+            q->progress_done = t.progress_done;
+            q->progress_total = t.progress_total;
+        }
+        if (!q->final_seen && !q->progress_held && !q->text.len && !q->text.n_ids) return true;
+    }
+}
+
+/* Deliver the events of the jobs the core queued. */
+static void deliver_events(front_zmq *f) {
+    uint64_t count;
+    if (read(f->event_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+        log_warn("eventfd read failed", LOG_STR("error", strerror(errno)));
+    job *ready[64];
+    size_t n;
+    do {
+        n = core_sink_take_ready(f->sink, ready, sizeof ready / sizeof ready[0]);
+        for (size_t i = 0; i < n; i++) {
+            zreq *q = ready[i]->front;
+            /* A paused zreq holds output the client has not taken: the retry loop sends it. */
+            if (!q->paused_since_us || q->dead) zreq_flush(f, q);
+        }
+    } while (n == sizeof ready / sizeof ready[0]);
+}
+
+/* ---- liveness -------------------------------------------------------------------------------- */
+
+static peer *peer_touch(front_zmq *f, const uint8_t *id, size_t len) {
+    for (peer *p = f->peers; p; p = p->next)
+        if (p->len == len && memcmp(p->id, id, len) == 0) {
+            p->last_seen_us = mono_us();
+            return p;
+        }
+    peer *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    memcpy(p->id, id, len);
+    p->len = len;
+    p->last_seen_us = mono_us();
+    p->next = f->peers;
+    f->peers = p;
+    return p;
+}
+
+static int64_t peer_last_seen(front_zmq *f, const zreq *q) {
+    for (peer *p = f->peers; p; p = p->next)
+        if (p->len == q->peer_len && memcmp(p->id, q->peer, p->len) == 0) return p->last_seen_us;
+    return 0;
+}
+
+/* Cancel the requests of silent clients and of stalled streams; retry held output; forget peers
+ * with nothing in flight that have been quiet for a while. */
+static void check_liveness(front_zmq *f) {
+    const int64_t now = mono_us();
+    const int64_t peer_timeout = f->config->peer_timeout_ms * 1000;
+    const int64_t stall_timeout = f->config->stall_timeout_ms * 1000;
+    for (zreq *q = f->inflight, *next; q; q = next) {
+        next = q->next;
+        if (q->dead) continue;
+        if (q->paused_since_us && !zreq_flush(f, q)) continue;
+        if (q->paused_since_us && now - q->paused_since_us > stall_timeout) {
+            log_info("stream stalled: client stopped reading", LOG_UINT("id", q->id),
+                     LOG_STR("app", q->j->app));
+            cancel_job(f, q, JOB_CANCEL_STALLED);
+            continue;
+        }
+        if (now - peer_last_seen(f, q) > peer_timeout) {
+            log_info("client silent past the liveness timeout", LOG_UINT("id", q->id),
+                     LOG_STR("app", q->j->app));
+            cancel_job(f, q, JOB_CANCEL_GONE);
+        }
+    }
+    for (peer **pp = &f->peers; *pp;) {
+        peer *p = *pp;
+        bool busy = false;
+        for (zreq *q = f->inflight; q && !busy; q = q->next)
+            busy = q->peer_len == p->len && memcmp(q->peer, p->id, p->len) == 0;
+        if (!busy && now - p->last_seen_us > peer_timeout) {
+            *pp = p->next;
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+/* ---- receiving ------------------------------------------------------------------------------- */
+
+static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len,
+                           const uint8_t *data, size_t len) {
+    Corral__V1__Request *req = corral__v1__request__unpack(NULL, len, data);
+    if (!req) {
+        log_debug("undecodable request", LOG_UINT("bytes", len));
+        send_error(f, peer_id, peer_len, 0, CORRAL_PROTOCOL,
+                   "message is not a valid corral.v1.Request");
+        return;
+    }
+    peer_touch(f, peer_id, peer_len);
+    if (req->body_case == CORRAL__V1__REQUEST__BODY_PING) {
+        send_direct(f, peer_id, peer_len,
+                    zproto_pack_pong(&f->buf, req->id, core_uptime_ms(f->core)), req->id);
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    if (req->body_case == CORRAL__V1__REQUEST__BODY_CANCEL) {
+        zreq *q = inflight_find(f, peer_id, peer_len, req->cancel->request_id);
+        if (!q || q->dead) {
+            char message[128];
+            snprintf(message, sizeof message, "no request %llu of this client is in flight",
+                     (unsigned long long)req->cancel->request_id);
+            send_error(f, peer_id, peer_len, req->id, CORRAL_NOT_FOUND, message);
+        } else {
+            cancel_job(f, q, JOB_CANCEL_CLIENT);
+            send_direct(f, peer_id, peer_len, zproto_pack_ack(&f->buf, req->id, "cancelling"),
+                        req->id);
+        }
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    corral_error err;
+    core_request creq;
+    void *extra = NULL;
+    if (zproto_to_core(req, &creq, &extra, &err) != CORRAL_OK) {
+        send_error(f, peer_id, peer_len, req->id, err.status, err.message);
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    const char *problem = NULL;
+    corral_status code = CORRAL_INVALID_ARGUMENT;
+    if (f->stopping) {
+        problem = "corrald is shutting down";
+        code = CORRAL_UNAVAILABLE;
+    } else if (req->id == 0) {
+        problem = "request id 0 is reserved; use ids from 1";
+    } else if (strlen(req->app) >= sizeof(((job *)0)->app)) {
+        problem = "app name longer than 63 bytes";
+    } else if (peer_len > PEER_ID_MAX) {
+        problem = "routing identity too long";
+    } else if (inflight_find(f, peer_id, peer_len, req->id)) {
+        problem = "a request with this id is already in flight on this connection";
+    }
+    if (problem) {
+        send_error(f, peer_id, peer_len, req->id, code, problem);
+        free(extra);
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    zreq *q = calloc(1, sizeof *q);
+    job *j = q ? job_new(f->sink, &err) : NULL;
+    if (!j || job_text_init(&q->text, &err) != CORRAL_OK) {
+        job_free(&j);
+        if (q) job_text_free(&q->text);
+        free(q);
+        send_error(f, peer_id, peer_len, req->id, CORRAL_OUT_OF_MEMORY, "out of memory");
+        free(extra);
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    q->j = j;
+    q->wire = req;
+    memcpy(q->peer, peer_id, peer_len);
+    q->peer_len = peer_len;
+    q->id = req->id;
+    q->extra = extra;
+    j->front = q;
+    j->front_free = zreq_free;
+    j->req = creq;
+    q->stream = j->req.kind == CORE_GENERATE && j->req.generate.stream;
+    j->id = req->id;
+    snprintf(j->app, sizeof j->app, "%s", req->app);
+    j->received_us = mono_us();
+    if (j->req.kind == CORE_GENERATE && j->req.generate.deadline_ms)
+        j->deadline_us = j->received_us + (int64_t)j->req.generate.deadline_ms * 1000;
+    q->next = f->inflight;
+    f->inflight = q;
+    core_submit(f->core, j);
+}
+
+/* Read one whole multipart message from the router: [identity][payload]. Extra frames mean the
+ * sender is not a plain DEALER speaking our framing. */
+static void front_receive(front_zmq *f) {
+    zmq_msg_t identity, payload;
+    zmq_msg_init(&identity);
+    zmq_msg_init(&payload);
+    if (zmq_msg_recv(&identity, f->router, ZMQ_DONTWAIT) < 0) goto done;
+    if (!zmq_msg_more(&identity)) goto done; /* cannot happen with ROUTER; ignore */
+    if (zmq_msg_recv(&payload, f->router, 0) < 0) goto done;
+    if (zmq_msg_more(&payload)) {
+        /* Drain the rest so the next read starts at a message boundary. */
+        zmq_msg_t extra;
+        zmq_msg_init(&extra);
+        do {
+            if (zmq_msg_recv(&extra, f->router, 0) < 0) break;
+        } while (zmq_msg_more(&extra));
+        zmq_msg_close(&extra);
+        send_error(f, zmq_msg_data(&identity), zmq_msg_size(&identity), 0, CORRAL_PROTOCOL,
+                   "expected exactly one frame per request");
+        goto done;
+    }
+    handle_request(f, zmq_msg_data(&identity), zmq_msg_size(&identity), zmq_msg_data(&payload),
+                   zmq_msg_size(&payload));
+done:
+    zmq_msg_close(&payload);
+    zmq_msg_close(&identity);
+}
+
+/* ---- the loop -------------------------------------------------------------------------------- */
+
+corral_status front_zmq_run(front_zmq *f, int signal_fd, const char *config_path,
+                            corral_error *err) {
+    int64_t last_check = mono_us(), stop_deadline = 0;
+    for (;;) {
+        zmq_pollitem_t items[] = {
+            {.socket = f->router, .events = ZMQ_POLLIN},
+            {.fd = signal_fd, .events = ZMQ_POLLIN},
+            {.fd = f->event_fd, .events = ZMQ_POLLIN},
+        };
+        bool held = false;
+        for (zreq *q = f->inflight; q && !held; q = q->next) held = q->paused_since_us != 0;
+        int rc = zmq_poll(items, 3, held || f->stopping ? 5 : 250);
+        if (rc < 0) {
+            if (zmq_errno() == EINTR) continue;
+            return corral_error_set(err, CORRAL_INTERNAL, "zmq_poll: %s",
+                                    zmq_strerror(zmq_errno()));
+        }
+        if (items[1].revents & ZMQ_POLLIN) {
+            struct signalfd_siginfo info;
+            if (read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info) {
+                if (info.ssi_signo == SIGHUP) {
+                    if (config_path)
+                        core_reload(f->core, config_path);
+                    else
+                        log_warn("SIGHUP ignored: running on built-in defaults, no file to reload");
+                } else if (!f->stopping) {
+                    size_t n = 0;
+                    for (zreq *q = f->inflight; q; q = q->next) n++;
+                    log_info("stopping", LOG_STR("signal", strsignal((int)info.ssi_signo)),
+                             LOG_UINT("in_flight", n));
+                    f->stopping = true;
+                    stop_deadline = mono_us() + SHUTDOWN_GRACE_MS * 1000;
+                    core_shutdown(f->core);
+                }
+            }
+        }
+        if (items[2].revents & ZMQ_POLLIN) deliver_events(f);
+        if (items[0].revents & ZMQ_POLLIN) {
+            /* Drain everything that is ready, then poll again. */
+            int events = 0;
+            size_t events_len = sizeof events;
+            do {
+                front_receive(f);
+                if (zmq_getsockopt(f->router, ZMQ_EVENTS, &events, &events_len) != 0) break;
+            } while (events & ZMQ_POLLIN);
+        }
+        const int64_t now = mono_us();
+        if (held || now - last_check > 250000) {
+            check_liveness(f);
+            last_check = now;
+        }
+        if (f->stopping) {
+            deliver_events(f);
+            if ((!f->inflight && core_idle(f->core)) || now > stop_deadline) return CORRAL_OK;
+        }
+    }
+}
+
+void front_zmq_destroy(front_zmq **pf) {
+    if (!pf || !*pf) return;
+    front_zmq *f = *pf;
+    while (f->inflight) inflight_remove(f, f->inflight);
+    for (peer *p = f->peers, *next; p; p = next) {
+        next = p->next;
+        free(p);
+    }
+    if (f->router) {
+        for (size_t i = 0; i < f->n_endpoints; i++) zmq_unbind(f->router, f->endpoints[i]);
+        zmq_close(f->router);
+    }
+    if (f->zctx) zmq_ctx_term(f->zctx);
+    for (size_t i = 0; i < f->n_endpoints; i++) {
+        /* ZeroMQ leaves the socket file of an ipc endpoint behind; it is ours, remove it. */
+        if (strncmp(f->endpoints[i], "ipc://", 6) == 0) unlink(f->endpoints[i] + 6);
+        free(f->endpoints[i]);
+    }
+    core_sink_destroy(&f->sink);
+    if (f->event_fd >= 0) close(f->event_fd);
+    zproto_buf_free(&f->buf);
+    free(f);
+    *pf = NULL;
+}

@@ -1,0 +1,43 @@
+/*
+ * front_zmq.h — corrald's ZeroMQ front end: the ROUTER socket(s), the requests in flight from
+ * ZeroMQ clients, and the loop that reads requests, submits them to the core and writes the
+ * core's answers back (the zguide's ROUTER/DEALER pattern).
+ *
+ * The loop runs on the thread that calls front_zmq_run(). It enforces the transport's rules:
+ * message size limits, liveness (requests of silent or vanished clients are cancelled) and flow
+ * control (a client that stops reading has its stream paused, then cancelled after the stall
+ * timeout), so nothing a client does can make the daemon's memory grow without bound.
+ */
+#ifndef CORRAL_DAEMON_FRONT_ZMQ_H
+#define CORRAL_DAEMON_FRONT_ZMQ_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "core.h"
+#include "corral/status.h"
+
+typedef struct front_zmq front_zmq;
+
+/* Create the ZeroMQ context and bind every endpoint of c (the default endpoint when it lists
+ * none, creating private ipc directories as needed). Borrows k and c: both must outlive the
+ * front end. Returns NULL with err naming the endpoint that failed. Caller owns the result. */
+front_zmq *front_zmq_new(core *k, const cfg *c, corral_error *err);
+
+/* The endpoints actually bound, for logs and tests. Borrowed: valid until front_zmq_destroy. */
+size_t front_zmq_endpoint_count(const front_zmq *f);
+const char *front_zmq_endpoint(const front_zmq *f, size_t i);
+
+/* Serve until `signal_fd` (a signalfd) delivers SIGINT or SIGTERM; SIGHUP asks the core to
+ * reload `config_path` (NULL: SIGHUP is ignored with a warning). On a stop signal the front end
+ * stops taking work, the core ends the requests in flight with Error UNAVAILABLE, and this returns
+ * within 2 seconds. Returns CORRAL_OK after a clean stop, or an error when the sockets fail. */
+corral_status front_zmq_run(front_zmq *f, int signal_fd, const char *config_path,
+                            corral_error *err);
+
+/* Close the sockets (removing ipc socket files) and the context, and free every job still in
+ * flight. Call after core_destroy (the core may still hold those jobs until then). NULL-safe;
+ * sets *f to NULL. */
+void front_zmq_destroy(front_zmq **f);
+
+#endif /* CORRAL_DAEMON_FRONT_ZMQ_H */

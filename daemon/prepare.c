@@ -1,0 +1,219 @@
+/*
+ * prepare.c — what a request needs before its first compute step and that depends only on the
+ * request and its (resident) model: a Generate's sampling parameters (the request's, else the
+ * model's configured defaults, else the engine's), its sanitizer profile run over every piece of
+ * user text, the prompt's token ids (a raw prompt, or a chat rendered with the model's template),
+ * and its output constraint; a Tokenize's ids and pieces.
+ *
+ * None of this touches the KV caches, sessions or the memory budget, so it can run apart from the
+ * step loop.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "corral/log.h"
+#include "corral/prompt.h"
+#include "corral/sanitize.h"
+#include "corral/tokenizer.h"
+#include "sched_impl.h"
+
+/* Merge request, model defaults and engine defaults into generation parameters; validate. */
+static corral_status build_params(sjob *sj, corral_error *err) {
+    const core_generate *g = &sj->j->req.generate;
+    const core_sampling *q = &g->sampling;
+    const sched_model *sm = sj->model;
+    const cfg_sampling *d = &sm->cfg->defaults;
+    gen_params *gp = &sj->params;
+    *gp = gen_params_default();
+    sampler_params *sp = &gp->sampling;
+#define PICK(field, cast)               \
+    do {                                \
+        if (q->has_##field)             \
+            sp->field = (cast)q->field; \
+        else if (d->has_##field)        \
+            sp->field = (cast)d->field; \
+    } while (0)
+    PICK(temperature, float);
+    PICK(top_k, int32_t);
+    PICK(top_p, float);
+    PICK(min_p, float);
+    PICK(repeat_penalty, float);
+    PICK(presence_penalty, float);
+    PICK(frequency_penalty, float);
+    PICK(penalty_last_n, int32_t);
+#undef PICK
+    /* No seed: a fresh one, so that two requests do not sample alike by accident. */
+    sp->seed = q->has_seed ? q->seed
+                           : ((uint64_t)sched__mono_us() * 0x9E3779B97F4A7C15ull) ^
+                                 (sj->j->id << 17) ^ (uint64_t)sj->j->received_us;
+    corral_status st = sampler_validate_params(sp, err);
+    if (st != CORRAL_OK) return st;
+    const uint64_t mt = q->has_max_tokens ? q->max_tokens
+                                          : (d->has_max_tokens ? (uint64_t)d->max_tokens
+                                                               : SCHED_DEFAULT_MAX_TOKENS);
+    if (mt == 0)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "max_tokens must be at least 1");
+    if (mt > sm->context)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "max_tokens %llu exceeds the context of model '%s' (%u)",
+                                (unsigned long long)mt, sm->name, sm->context);
+    sj->max_tokens = (uint32_t)mt;
+    if (g->n_stop > 16)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "at most 16 stop strings, got %zu",
+                                g->n_stop);
+    for (size_t i = 0; i < g->n_stop; i++)
+        if (!g->stop[i][0] || strlen(g->stop[i]) > 256)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "stop string %zu must be 1 to 256 bytes", i);
+    gp->max_tokens = sj->max_tokens;
+    gp->stop = g->stop;
+    gp->n_stop = g->n_stop;
+    return CORRAL_OK;
+}
+
+/* The profile a job runs under: the request's, else its app's, else its model's; none when none
+ * names one. The request's name was checked at admission. */
+static corral_status find_profile(sjob *sj, corral_error *err) {
+    const char *name = sj->j->req.generate.sanitizer[0] ? sj->j->req.generate.sanitizer : NULL;
+    const cfg_app *app = cfg_find_app(sj->gen->c, sj->j->app);
+    if (!name && app) name = app->sanitizer;
+    if (!name) name = sj->model->cfg->sanitizer;
+    sj->profile = cfg_gen_profile(sj->gen, name);
+    if (name && !sj->profile)
+        return corral_error_set(err, CORRAL_NOT_FOUND, "sanitizer profile '%s' is not configured",
+                                name);
+    return CORRAL_OK;
+}
+
+/* Run the profile over every piece of user text (the prompt, or each message's content) and
+ * tokenize what comes out. The report of the last piece (or the first rejection) goes to the job:
+ * it is part of Done, or of the Error's message. */
+static corral_status tokenize_input(sjob *sj, int32_t **ids, size_t *n, corral_error *err) {
+    const core_generate *g = &sj->j->req.generate;
+    const sched_model *sm = sj->model;
+    const tokenizer *tok = model_get_tokenizer(sm->m);
+    const size_t n_texts = g->n_messages ? g->n_messages : 1;
+    char **clean = calloc(n_texts, sizeof *clean);
+    if (!clean) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    corral_status st = CORRAL_OK;
+    sanitize_report report = {0};
+    for (size_t i = 0; i < n_texts && st == CORRAL_OK; i++) {
+        const char *text = g->n_messages ? g->messages[i].content : g->prompt;
+        const size_t text_len = g->n_messages ? g->messages[i].content_len : g->prompt_len;
+        size_t len;
+        st = policy_sanitize(sj->profile, sm->pv, text, text_len, &clean[i], &len, &report, err);
+        if (st == CORRAL_OK && strlen(clean[i]) != len)
+            st = corral_error_set(err, CORRAL_SANITIZER_REJECTED,
+                                  "the input contains NUL bytes (message %zu)", i);
+    }
+    if (sj->profile) {
+        char line[512];
+        sanitize_report_format(&report, line, sizeof line);
+        /* The report outlives the model's arena (it goes with the final event): default arena. */
+        const unsigned scope = mem_scope_default();
+        free(sj->sanitizer_report);
+        sj->sanitizer_report = strdup(line);
+        mem_scope_leave(scope);
+        if (st == CORRAL_SANITIZER_REJECTED) {
+            /* Keep the rejection first, then what each step saw. */
+            char message[CORRAL_ERROR_MESSAGE_MAX];
+            snprintf(message, sizeof message, "%s", err->message);
+            corral_error_set(err, st, "%.300s (report: %.180s)", message, line);
+        }
+    }
+    if (st == CORRAL_OK) {
+        if (g->n_messages == 0) {
+            st = prompt_tokenize_text(tok, clean[0], strlen(clean[0]), ids, n, err);
+        } else {
+            chat_template tmpl = sm->tmpl;
+            if (g->template_name[0]) {
+                tmpl = chat_template_from_name(g->template_name, err);
+                if (tmpl == CHAT_TEMPLATE_UNKNOWN) st = err->status = CORRAL_INVALID_ARGUMENT;
+            }
+            chat_message *msgs = st == CORRAL_OK ? malloc(n_texts * sizeof *msgs) : NULL;
+            if (st == CORRAL_OK && !msgs)
+                st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+            for (size_t i = 0; msgs && i < n_texts; i++)
+                msgs[i] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
+            if (msgs) st = prompt_tokenize_chat(tok, tmpl, msgs, n_texts, ids, n, err);
+            free(msgs);
+        }
+    }
+    for (size_t i = 0; i < n_texts; i++) free(clean[i]);
+    free(clean);
+    return st;
+}
+
+corral_status prepare_generate(struct core *k, sjob *sj, corral_error *err) {
+    (void)k;
+    sched_model *sm = sj->model;
+    corral_status st;
+    if ((st = build_params(sj, err)) != CORRAL_OK) return st;
+    if ((st = find_profile(sj, err)) != CORRAL_OK) return st;
+    const unsigned scope = mem_scope_enter(sm->owner);
+    size_t n_prompt = 0;
+    st = tokenize_input(sj, &sj->prompt, &n_prompt, err);
+    if (st == CORRAL_OK && n_prompt == 0)
+        st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                              "the prompt is empty and model '%s' adds no BOS token", sm->name);
+    if (st == CORRAL_OK && n_prompt >= sm->context)
+        st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                              "the prompt has %zu tokens; the context of model '%s' holds %u",
+                              n_prompt, sm->name, sm->context);
+    sj->n_prompt = (uint32_t)n_prompt;
+    if (st == CORRAL_OK) {
+        sj->cap_generated = sj->max_tokens;
+        sj->generated = malloc(sj->max_tokens * sizeof *sj->generated);
+        if (!sj->generated) st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    }
+    if (st == CORRAL_OK) {
+        /* The output restrictions: the request's regex and the profile's generation hooks. */
+        const core_generate *g = &sj->j->req.generate;
+        sj->pg = policy_gen_new(sj->profile, sm->pv, g->constraint, g->constraint_len, err);
+        if (!sj->pg)
+            st = err->status;
+        else
+            sj->params.processor = policy_gen_processor(sj->pg);
+    }
+    mem_scope_leave(scope);
+    return st;
+}
+
+corral_status prepare_tokenize(struct core *k, sjob *sj, core_reply **out, corral_error *err) {
+    (void)k;
+    const job *j = sj->j;
+    const tokenizer *tok = model_get_tokenizer(sj->model->m);
+    const uint32_t flags = j->req.tokenize.add_special ? TOK_ADD_SPECIAL : 0;
+    const char *text = j->req.tokenize.text;
+    const size_t len = j->req.tokenize.text_len;
+    core_reply *r = core_reply_new(CORE_TOKENIZE);
+    if (!r) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    /* The reply outlives the model's arena: default arena. */
+    const unsigned scope = mem_scope_default();
+    size_t n = 0;
+    corral_status st = tok_encode(tok, text, len, flags, NULL, 0, &n, err);
+    if (st == CORRAL_OK || st == CORRAL_RESOURCE_EXHAUSTED) {
+        r->ids = malloc((n ? n : 1) * sizeof *r->ids);
+        r->pieces = calloc(n ? n : 1, sizeof *r->pieces);
+        st = r->ids && r->pieces ? tok_encode(tok, text, len, flags, r->ids, n, &n, err)
+                                 : corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    }
+    r->n_ids = st == CORRAL_OK ? n : 0;
+    for (size_t i = 0; st == CORRAL_OK && i < n; i++) {
+        size_t piece_len;
+        const char *p = tok_token_text(tok, r->ids[i], &piece_len);
+        if (!(r->pieces[i] = malloc(piece_len + 1))) {
+            st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        memcpy(r->pieces[i], p, piece_len);
+        r->pieces[i][piece_len] = '\0';
+    }
+    mem_scope_leave(scope);
+    if (st != CORRAL_OK) {
+        core_reply_destroy(&r);
+        return st;
+    }
+    *out = r;
+    return CORRAL_OK;
+}

@@ -1,0 +1,210 @@
+/*
+ * session.c — conversations kept between requests.
+ *
+ * A session is (app, id): a request that names one continues it. Its KV cache stays in memory
+ * between requests (charged to its model), so the next turn only prefills what is new: the
+ * longest prefix of the new prompt that the cache already holds is reused. When memory is needed
+ * an idle session's cache is written to the swap directory (swap.h) and read back when the
+ * conversation continues; a bad or stale image only costs recomputation. Sessions are private to
+ * their app, used by one request at a time, dropped after limits.session_ttl_ms idle or when more
+ * than limits.max_sessions exist (least recently used first), and written out at shutdown so that
+ * they survive a restart.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "corral/log.h"
+#include "sched_impl.h"
+
+swap_session_key session_key(const sched_session *ss) {
+    return (swap_session_key){.app = ss->app,
+                              .session = ss->id,
+                              .model_name = ss->model->name,
+                              .model_path = ss->model->cfg->path,
+                              .context = ss->model->context,
+                              .kv_f32 = ss->model->cfg->kv_f32};
+}
+
+void session_swap_out(struct core *k, sched_session *ss) {
+    if (!ss->kv) return;
+    const uint32_t n = kv_cache_n_pos(ss->kv);
+    ss->swapped = false;
+    if (n > 0) {
+        const swap_session_key key = session_key(ss);
+        corral_error err;
+        if (!swap_dir_writable(k->swap))
+            log_warn("session state dropped: the swap directory is not writable",
+                     LOG_STR("session", ss->id), LOG_STR("dir", swap_dir_path(k->swap)));
+        else if (swap_session_write(k->swap, &key, ss->kv, ss->tokens, n, &err) != CORRAL_OK)
+            log_warn("session state dropped: it could not be swapped out",
+                     LOG_STR("session", ss->id), LOG_STR("error", err.message));
+        else
+            ss->swapped = true;
+    }
+    /* The client resends the conversation's text each turn: without an image only recomputation
+     * is lost. */
+    if (!ss->swapped) ss->n_tokens = 0;
+    log_debug("session swapped out", LOG_STR("session", ss->id), LOG_UINT("positions", n),
+              LOG_INT("on_disk", ss->swapped));
+    residency_kv_free(ss->model, &ss->kv);
+}
+
+void session_swap_in(struct core *k, sched_session *ss) {
+    const swap_session_key key = session_key(ss);
+    int32_t *tokens = NULL;
+    uint32_t n = 0;
+    corral_error err;
+    const unsigned scope = mem_scope_default();
+    corral_status st = swap_session_read(k->swap, &key, ss->kv, &tokens, &n, &err);
+    mem_scope_leave(scope);
+    ss->swapped = false;
+    if (st != CORRAL_OK) {
+        log_warn("session image discarded; the conversation is recomputed",
+                 LOG_STR("session", ss->id), LOG_STR("error", err.message));
+        ss->n_tokens = 0;
+        return;
+    }
+    free(ss->tokens);
+    ss->tokens = tokens;
+    ss->cap_tokens = ss->n_tokens = n;
+    log_debug("session swapped in", LOG_STR("session", ss->id), LOG_UINT("positions", n));
+}
+
+void session_free(struct core *k, sched_session *ss) {
+    for (sched_session **pp = &k->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == ss) {
+            *pp = ss->next;
+            break;
+        }
+    if (ss->model) {
+        ss->model->n_sessions--;
+        residency_kv_free(ss->model, &ss->kv);
+        if (ss->swapped) {
+            const swap_session_key key = session_key(ss);
+            swap_session_discard(k->swap, &key);
+        }
+    }
+    free(ss->tokens);
+    free(ss);
+}
+
+size_t session_count(const struct core *k) {
+    size_t n = 0;
+    for (const sched_session *ss = k->sessions; ss; ss = ss->next) n++;
+    return n;
+}
+
+void session_expire(struct core *k) {
+    const int64_t now = sched__mono_us();
+    const cfg *c = core_cfg(k);
+    for (sched_session *ss = k->sessions, *next; ss; ss = next) {
+        next = ss->next;
+        if (!ss->busy && now - ss->last_used_us > c->session_ttl_ms * 1000LL) {
+            log_debug("session expired", LOG_STR("session", ss->id), LOG_STR("app", ss->app));
+            session_free(k, ss);
+        }
+    }
+    while (session_count(k) > (size_t)c->max_sessions) {
+        sched_session *oldest = NULL;
+        for (sched_session *ss = k->sessions; ss; ss = ss->next)
+            if (!ss->busy && (!oldest || ss->last_used_us < oldest->last_used_us)) oldest = ss;
+        if (!oldest) break;
+        session_free(k, oldest);
+    }
+}
+
+corral_status session_attach(struct core *k, sjob *sj, corral_error *err) {
+    const char *id = sj->j->req.generate.session;
+    for (sched_session *ss = k->sessions; ss; ss = ss->next) {
+        if (strcmp(ss->id, id) != 0) continue;
+        if (strcmp(ss->app, sj->j->app) != 0)
+            return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                    "session '%s' belongs to another app", id);
+        if (ss->model != sj->model) {
+            if (ss->busy)
+                return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
+                                        "session '%s' is in use with model '%s'", id,
+                                        ss->model->name);
+            /* Moving a session to another model starts it afresh. */
+            if (ss->swapped) {
+                const swap_session_key key = session_key(ss);
+                swap_session_discard(k->swap, &key);
+                ss->swapped = false;
+            }
+            residency_kv_free(ss->model, &ss->kv);
+            ss->model->n_sessions--;
+            ss->n_tokens = 0;
+            ss->model = sj->model;
+            sj->model->n_sessions++;
+        }
+        sj->session = ss;
+        return CORRAL_OK;
+    }
+    if (strlen(id) >= sizeof(((sched_session *)0)->id))
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "session id longer than 127 bytes");
+    /* Session bookkeeping outlives models: the default arena. */
+    const unsigned scope = mem_scope_default();
+    sched_session *ss = calloc(1, sizeof *ss);
+    mem_scope_leave(scope);
+    if (!ss) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    snprintf(ss->id, sizeof ss->id, "%s", id);
+    snprintf(ss->app, sizeof ss->app, "%s", sj->j->app);
+    ss->model = sj->model;
+    ss->last_used_us = sched__mono_us();
+    ss->last_used_ms = sched__unix_ms();
+    const swap_session_key key = session_key(ss);
+    ss->swapped = swap_session_exists(k->swap, &key);
+    sj->model->n_sessions++;
+    ss->next = k->sessions;
+    k->sessions = ss;
+    sj->session = ss;
+    return CORRAL_OK;
+}
+
+void session_detach(struct core *k, sjob *sj) {
+    (void)k;
+    sched_session *ss = sj->session;
+    if (!ss) return;
+    if (ss->busy != sj) {
+        sj->session = NULL;
+        return;
+    }
+    /* The session keeps what is in its cache: prompt ids, then generated ids, as far as the
+     * cache holds them (the last sampled token was never run). */
+    uint32_t n = ss->kv ? kv_cache_n_pos(ss->kv) : 0;
+    const uint32_t total = sj->n_prompt + sj->n_generated;
+    if (n > total) n = total;
+    if (n > ss->cap_tokens) {
+        const unsigned scope = mem_scope_default();
+        int32_t *grown = realloc(ss->tokens, n * sizeof *grown);
+        mem_scope_leave(scope);
+        if (grown) {
+            ss->tokens = grown;
+            ss->cap_tokens = n;
+        } else {
+            n = 0; /* cannot remember the history: start afresh next time */
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        ss->tokens[i] = i < sj->n_prompt ? sj->prompt[i] : sj->generated[i - sj->n_prompt];
+    ss->n_tokens = n;
+    if (ss->kv) kv_cache_truncate(ss->kv, n);
+    ss->busy = NULL;
+    ss->last_used_us = sched__mono_us();
+    ss->last_used_ms = sched__unix_ms();
+    sj->session = NULL;
+    sj->kv = NULL;
+}
+
+void session_save_all(struct core *k) {
+    while (k->sessions) {
+        sched_session *ss = k->sessions;
+        k->sessions = ss->next;
+        if (ss->model) {
+            session_swap_out(k, ss);
+            ss->model->n_sessions--;
+        }
+        free(ss->tokens);
+        free(ss);
+    }
+}
