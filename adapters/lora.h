@@ -70,6 +70,7 @@
 #ifndef CORRAL_ADAPTERS_LORA_H
 #define CORRAL_ADAPTERS_LORA_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -195,6 +196,9 @@ typedef struct lora_variant_request {
     uint64_t cache_limit_bytes; /* after a build, trim the directory to this; 0: no limit */
     threadpool *pool;           /* borrowed, for the merge; NULL: the calling thread */
     image_verify verify;        /* how a cached image is checked before it is used */
+    /* Optional: when it becomes nonzero, a merge stops before its next tensor and the call fails
+     * with CORRAL_CANCELLED (no partial image is left). Borrowed for the call. */
+    const atomic_int *cancel;
 } lora_variant_request;
 
 typedef struct lora_variant {

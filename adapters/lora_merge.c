@@ -261,12 +261,15 @@ typedef struct merge_fill_ctx {
     const lora_apply *list;
     uint32_t n;
     threadpool *pool;
+    const atomic_int *cancel; /* nonzero: stop before the next tensor */
 } merge_fill_ctx;
 
 static corral_status merge_fill(void *user, const char *name, void *dst, uint64_t size,
                                 corral_error *err) {
     (void)name;
     const merge_fill_ctx *c = user;
+    if (c->cancel && atomic_load(c->cancel))
+        return corral_error_set(err, CORRAL_CANCELLED, "the merge was cancelled");
     return lora_merge_tensor(c->base, c->index, c->list, c->n, c->pool, dst, size, err);
 }
 
@@ -279,7 +282,8 @@ static bool key_has_prefix(gguf_str key, const char *prefix) {
 static corral_status write_merged(const gguf_file *base, const char *base_path,
                                   const lora_source *src, const lora_apply *list, uint32_t n,
                                   const char *fingerprint, const char *out_path, threadpool *pool,
-                                  lora_merge_report *rep, corral_error *err) {
+                                  const atomic_int *cancel, lora_merge_report *rep,
+                                  corral_error *err) {
     uint64_t n_tensors = gguf_tensor_count(base);
     merge_fill_ctx *ctx = calloc(n_tensors ? n_tensors : 1, sizeof *ctx);
     char **adapter_strs = calloc(n, sizeof *adapter_strs);
@@ -337,7 +341,7 @@ static corral_status write_merged(const gguf_file *base, const char *base_path,
             targeted = lora_adapter_find_target(list[k].adapter, name) >= 0;
         }
         if (targeted) {
-            ctx[i] = (merge_fill_ctx){base, i, list, n, pool};
+            ctx[i] = (merge_fill_ctx){base, i, list, n, pool, cancel};
             st = image_writer_add_tensor_fill(w, name, t->type, t->n_dims, t->ne, merge_fill,
                                               &ctx[i], err);
             merged++;
@@ -364,7 +368,8 @@ static corral_status write_merged(const gguf_file *base, const char *base_path,
 /* Opens the base and the adapters (every check), then writes the merged image. */
 static corral_status merge_to_image(const char *base_path, const lora_source *src, uint32_t n,
                                     const char *fingerprint, const char *out_path, threadpool *pool,
-                                    lora_merge_report *rep, corral_error *err) {
+                                    const atomic_int *cancel, lora_merge_report *rep,
+                                    corral_error *err) {
     double t0 = now_seconds();
     gguf_file *base = gguf_open(base_path, err);
     if (!base) return corral_error_prefix(err, "base model");
@@ -380,7 +385,8 @@ static corral_status merge_to_image(const char *base_path, const lora_source *sr
         list[i] = (lora_apply){adapters[i], src[i].scale};
     }
     if (st == CORRAL_OK) {
-        st = write_merged(base, base_path, src, list, n, fingerprint, out_path, pool, rep, err);
+        st = write_merged(base, base_path, src, list, n, fingerprint, out_path, pool, cancel, rep,
+                          err);
     }
     for (uint32_t i = 0; i < n; i++) lora_adapter_destroy(&adapters[i]);
     gguf_destroy(&base);
@@ -403,7 +409,7 @@ corral_status lora_merge_file(const char *base_path, const lora_source *src, uin
     corral_status st = lora_fingerprint(base_path, src, n, fp, err);
     if (st != CORRAL_OK) return st;
     if (rep) memset(rep, 0, sizeof *rep);
-    return merge_to_image(base_path, src, n, fp, out_path, pool, rep, err);
+    return merge_to_image(base_path, src, n, fp, out_path, pool, NULL, rep, err);
 }
 
 /* ---- the cache --------------------------------------------------------------------------------
@@ -481,7 +487,7 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
     double t1 = now_seconds();
     lora_merge_report rep = {0};
     st = merge_to_image(req->base_path, req->adapters, req->n_adapters, out->fingerprint, out->path,
-                        req->pool, &rep, err);
+                        req->pool, req->cancel, &rep, err);
     if (st != CORRAL_OK) return st;
     out->merge_seconds = now_seconds() - t1;
     out->image_bytes = rep.file_bytes;

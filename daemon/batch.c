@@ -56,22 +56,54 @@ corral_status batch_start(struct core *k, sjob *sj, bool *wait, corral_error *er
         uint32_t positions = sm->context;
         if (!ss && sj->n_prompt + sj->max_tokens < positions)
             positions = sj->n_prompt + sj->max_tokens;
-        bool never = false;
-        st = residency_make_room(k, residency_kv_bytes(sm, positions), sm, &never, err);
-        if (st == CORRAL_RESOURCE_EXHAUSTED && !never) {
-            *wait = true;
-        } else if (st == CORRAL_OK) {
-            kv_cache *kv = residency_kv_new(sm, positions, err);
-            if (!kv)
-                st = err->status;
-            else if (ss)
-                ss->kv = kv;
-            else
-                sj->kv = kv;
-            if (kv && ss && ss->swapped) session_swap_in(k, ss);
+        switch (residency_make_room(k, residency_kv_bytes(sm, positions), sm, err)) {
+            case BUDGET_FITS: {
+                kv_cache *kv = residency_kv_new(sm, positions, err);
+                if (!kv)
+                    st = err->status;
+                else if (ss)
+                    ss->kv = kv;
+                else
+                    sj->kv = kv;
+                break;
+            }
+            case BUDGET_WAIT:
+                /* Room comes when the writes in flight are done: try again then. */
+                corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                                 "waiting for session caches to be written out");
+                st = CORRAL_RESOURCE_EXHAUSTED;
+                *wait = true;
+                break;
+            case BUDGET_FULL:
+                st = CORRAL_RESOURCE_EXHAUSTED;
+                *wait = true;
+                break;
+            case BUDGET_NEVER:
+                st = CORRAL_RESOURCE_EXHAUSTED;
+                break;
         }
     }
-    if (st == CORRAL_OK && ss) {
+    if (st != CORRAL_OK) {
+        start_undo(sj);
+        return st;
+    }
+    if (ss) {
+        ss->busy = sj;
+        sj->kv = ss->kv;
+        if (ss->swapped) {
+            /* Its positions are on disk: read them back first (io actor). */
+            session_start_swap_in(k, ss, sj);
+            return CORRAL_OK;
+        }
+    }
+    batch_finish_start(k, sj);
+    return CORRAL_OK;
+}
+
+void batch_finish_start(struct core *k, sjob *sj) {
+    sched_model *sm = sj->model;
+    sched_session *ss = sj->session;
+    if (ss) {
         /* Reuse the longest prefix the cache already holds; the last prompt token always runs
          * again so that its logits are fresh. */
         uint32_t common = 0;
@@ -81,25 +113,20 @@ corral_status batch_start(struct core *k, sjob *sj, bool *wait, corral_error *er
         if (common >= sj->n_prompt) common = sj->n_prompt - 1;
         kv_cache_truncate(ss->kv, common);
         ss->n_tokens = common;
-        ss->busy = sj;
-        sj->kv = ss->kv;
         sj->n_cached = common;
         sj->n_prefilled = common;
     }
-    if (st == CORRAL_OK) {
-        const unsigned scope = mem_scope_enter(sm->owner);
-        sj->g = gen_new(sm->m, sm->runner, sj->kv, &sj->params, err);
-        mem_scope_leave(scope);
-        if (!sj->g) st = err->status;
-    }
-    if (st != CORRAL_OK) {
-        start_undo(sj);
-        return st;
+    corral_error err;
+    const unsigned scope = mem_scope_enter(sm->owner);
+    sj->g = gen_new(sm->m, sm->runner, sj->kv, &sj->params, &err);
+    mem_scope_leave(scope);
+    if (!sj->g) {
+        sched_finish_error(k, sj, err.status, "%s", err.message);
+        return;
     }
     sj->phase = SJOB_ACTIVE;
     sj->started_us = sched__mono_us();
     sm->last_used_ms = sched__unix_ms();
-    return CORRAL_OK;
 }
 
 /* ---- stepping -------------------------------------------------------------------------------- */
@@ -166,11 +193,14 @@ void batch_step(struct core *k, sched_model *sm) {
             const int64_t t0 = sched__mono_us();
             const corral_status st = gen_prefill(sj->g, sj->prompt + sj->n_prefilled, take, &err);
             mem_scope_leave(scope);
-            if (st != CORRAL_OK)
+            if (st != CORRAL_OK) {
                 sched_finish_error(k, sj, err.status, "%s", err.message);
-            else
-                after_prefill(k, sj, take, sched__mono_us() - t0);
-            continue;
+                continue;
+            }
+            after_prefill(k, sj, take, sched__mono_us() - t0);
+            /* A prompt read to its end has its first token's logits: that token comes out in
+             * this step (sampling only, no forward pass). */
+            if (sj->n_prefilled < sj->n_prompt) continue;
         }
         sj->last_step_us = now;
         gen_token t;

@@ -5,8 +5,10 @@
  * user text, the prompt's token ids (a raw prompt, or a chat rendered with the model's template),
  * and its output constraint; a Tokenize's ids and pieces.
  *
- * None of this touches the KV caches, sessions or the memory budget, so it can run apart from the
- * step loop.
+ * None of this touches the KV caches, sessions or the memory budget: it runs on the preparer
+ * actor, apart from the step loop, so that a huge prompt or a complex constraint never stalls the
+ * other requests. It reads the job (its request, its configuration entry) and its model's
+ * tokenizer and policy vocabulary, which stay put while the job holds the model.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,7 @@ static corral_status build_params(sjob *sj, corral_error *err) {
     const core_generate *g = &sj->j->req.generate;
     const core_sampling *q = &g->sampling;
     const sched_model *sm = sj->model;
-    const cfg_sampling *d = &sm->cfg->defaults;
+    const cfg_sampling *d = &sj->entry->defaults;
     gen_params *gp = &sj->params;
     *gp = gen_params_default();
     sampler_params *sp = &gp->sampling;
@@ -77,7 +79,7 @@ static corral_status find_profile(sjob *sj, corral_error *err) {
     const char *name = sj->j->req.generate.sanitizer[0] ? sj->j->req.generate.sanitizer : NULL;
     const cfg_app *app = cfg_find_app(sj->gen->c, sj->j->app);
     if (!name && app) name = app->sanitizer;
-    if (!name) name = sj->model->cfg->sanitizer;
+    if (!name) name = sj->entry->sanitizer;
     sj->profile = cfg_gen_profile(sj->gen, name);
     if (name && !sj->profile)
         return corral_error_set(err, CORRAL_NOT_FOUND, "sanitizer profile '%s' is not configured",
@@ -144,8 +146,7 @@ static corral_status tokenize_input(sjob *sj, int32_t **ids, size_t *n, corral_e
     return st;
 }
 
-corral_status prepare_generate(struct core *k, sjob *sj, corral_error *err) {
-    (void)k;
+static corral_status prepare_generate(sjob *sj, corral_error *err) {
     sched_model *sm = sj->model;
     corral_status st;
     if ((st = build_params(sj, err)) != CORRAL_OK) return st;
@@ -179,8 +180,7 @@ corral_status prepare_generate(struct core *k, sjob *sj, corral_error *err) {
     return st;
 }
 
-corral_status prepare_tokenize(struct core *k, sjob *sj, core_reply **out, corral_error *err) {
-    (void)k;
+static corral_status prepare_tokenize(sjob *sj, core_reply **out, corral_error *err) {
     const job *j = sj->j;
     const tokenizer *tok = model_get_tokenizer(sj->model->m);
     const uint32_t flags = j->req.tokenize.add_special ? TOK_ADD_SPECIAL : 0;
@@ -216,4 +216,57 @@ corral_status prepare_tokenize(struct core *k, sjob *sj, core_reply **out, corra
     }
     *out = r;
     return CORRAL_OK;
+}
+
+/* ---- the task -------------------------------------------------------------------------------- */
+
+typedef struct prepare_task {
+    core_task t;
+    sjob *sj;
+    corral_status status;
+    corral_error err;
+} prepare_task;
+
+static void prepare_run(actor_task *base) {
+    prepare_task *t = (prepare_task *)base;
+    sjob *sj = t->sj;
+    if (sj->j->req.kind == CORE_TOKENIZE)
+        t->status = prepare_tokenize(sj, &sj->answer, &t->err);
+    else
+        t->status = prepare_generate(sj, &t->err);
+}
+
+static void prepare_finish(struct core *k, core_task *ct) {
+    prepare_task *t = (prepare_task *)ct;
+    sjob *sj = t->sj;
+    sj->task = NULL;
+    if (!t->t.base.ran) corral_error_set(&t->err, CORRAL_UNAVAILABLE, "corrald is shutting down");
+    const corral_status st = t->t.base.ran ? t->status : CORRAL_UNAVAILABLE;
+    if (st != CORRAL_OK) {
+        sched_finish_error(k, sj, t->err.status, "%s", t->err.message);
+    } else if (sj->j->req.kind == CORE_TOKENIZE) {
+        core_reply *r = sj->answer;
+        sj->answer = NULL;
+        sched_finish_reply(k, sj, r);
+    } else {
+        sj->phase = SJOB_READY;
+        sj->retry_at_us = 0;
+        sj->memory_wait_until_us = 0;
+    }
+    free(t);
+}
+
+void prepare_start(struct core *k, sjob *sj) {
+    prepare_task *t = calloc(1, sizeof *t);
+    if (!t) {
+        sched_finish_error(k, sj, CORRAL_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    /* The most urgent requests are prepared first. */
+    actor_task_init(&t->t.base, prepare_run, (int)sj->priority);
+    t->t.finish = prepare_finish;
+    t->sj = sj;
+    sj->phase = SJOB_PREPARING;
+    sj->task = &t->t;
+    sched_post(k, k->preparer, &t->t);
 }

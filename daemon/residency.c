@@ -39,7 +39,13 @@ uint64_t residency_model_bytes(const sched_model *sm) {
 
 uint64_t residency_total_bytes(const struct core *k) {
     uint64_t total = 0;
-    for (const sched_model *sm = k->models; sm; sm = sm->next) total += residency_model_bytes(sm);
+    for (const sched_model *sm = k->models; sm; sm = sm->next) {
+        uint64_t bytes = residency_model_bytes(sm);
+        /* A load in flight counts what it reserved until its own bytes overtake it. */
+        if (sm->loading && sm->reserved_base + sm->reserved > bytes)
+            bytes = sm->reserved_base + sm->reserved;
+        total += bytes;
+    }
     return total;
 }
 
@@ -80,7 +86,7 @@ bool residency_kept(const sched_model *sm) {
     return sm->state == CORE_MODEL_SWAPPED && sm->m != NULL;
 }
 
-/* Bytes of sm's sessions' caches in memory. */
+/* Bytes of sm's sessions' caches in memory (being written out included). */
 static uint64_t sessions_bytes(const struct core *k, const sched_model *sm) {
     uint64_t n = 0;
     for (const sched_session *ss = k->sessions; ss; ss = ss->next)
@@ -94,36 +100,44 @@ void residency_drop(sched_model *sm) {
     policy_vocab_destroy(&sm->pv);
     model_destroy(&sm->m);
     mem_owner_destroy(&sm->owner);
+    sm->stale = false;
 }
 
-/* Drop a model whose sessions may still hold caches in its arena: those go to disk first. */
-static void drop_with_sessions(struct core *k, sched_model *sm) {
-    for (sched_session *ss = k->sessions; ss; ss = ss->next)
-        if (ss->model == sm) session_swap_out(k, ss);
+void residency_swap_out(struct core *k, sched_model *sm) {
+    (void)k;
+    model_weights_release(sm->m);
+    mem_owner_set_mapped(sm->owner, 0);
+    sm->state = CORE_MODEL_SWAPPED;
+    sm->was_swapped = true;
+    sm->swap_outs++;
+    log_info("model swapped out", LOG_STR("model", sm->name));
+}
+
+/* Unload sm now if none of its sessions' caches is in memory (they live in its arena); otherwise
+ * start writing them out and leave the rest to residency_tick. True when it was unloaded. Stale
+ * kept parts go the same way, but the model stays swapped out (its next load is a swap-in). */
+static bool unload_when_possible(struct core *k, sched_model *sm) {
+    if (session_any_in_memory(k, sm)) {
+        for (sched_session *ss = k->sessions; ss; ss = ss->next)
+            if (ss->model == sm && ss->kv && !ss->io && !ss->busy) session_start_swap_out(k, ss);
+        return false;
+    }
+    const bool stale = sm->stale;
+    if (!stale && (sm->state == CORE_MODEL_RESIDENT || residency_kept(sm)))
+        log_info("model unloaded", LOG_STR("model", sm->name));
     residency_drop(sm);
-}
-
-void residency_release(struct core *k, sched_model *sm, core_model_state to) {
-    const core_model_state from = sm->state;
-    if (to == CORE_MODEL_SWAPPED && from == CORE_MODEL_RESIDENT) {
-        /* The weights go; the sessions' caches are holders of their own and stay. */
-        model_weights_release(sm->m);
-        mem_owner_set_mapped(sm->owner, 0);
-    } else {
-        drop_with_sessions(k, sm);
+    if (!stale) {
+        sm->state = CORE_MODEL_UNLOADED;
+        sm->was_swapped = false;
     }
-    if (from == CORE_MODEL_RESIDENT) {
-        if (to == CORE_MODEL_SWAPPED) sm->swap_outs++;
-        log_info(to == CORE_MODEL_SWAPPED ? "model swapped out" : "model unloaded",
-                 LOG_STR("model", sm->name));
-    }
-    sm->state = to;
     sm->reload_pending = false;
+    sm->unload_requested = false;
+    return true;
 }
 
 /* ---- the budget's holders -------------------------------------------------------------------- */
 
-/* Every holder of memory that could be evicted, with what evicting it frees. `protect` is in
+/* Every holder of memory the budget may consider, with what evicting it frees. `protect` is in
  * use. Caller frees the array; *n its length. NULL when there is nothing (or no memory). */
 static budget_holder *list_candidates(struct core *k, const sched_model *protect, size_t *n) {
     size_t cap = 0;
@@ -140,7 +154,8 @@ static budget_holder *list_candidates(struct core *k, const sched_model *protect
                                               .reload_bytes = kv_cache_bytes(ss->kv),
                                               .user = ss},
                                         .name = ss->id,
-                                        .flags = ss->busy ? BUDGET_IN_USE : 0};
+                                        .flags = BUDGET_ASYNC | (ss->busy ? BUDGET_IN_USE : 0) |
+                                                 (ss->io ? BUDGET_LEAVING : 0)};
     for (sched_model *sm = k->models; sm; sm = sm->next) {
         const bool in_use = sm == protect || residency_busy(k, sm);
         if (sm->state == CORE_MODEL_RESIDENT) {
@@ -191,59 +206,98 @@ static void describe_holders(struct core *k, const budget_params *p, char *out, 
     free(h);
 }
 
-corral_status residency_make_room(struct core *k, uint64_t need, const sched_model *protect,
-                                  bool *never, corral_error *err) {
+budget_verdict residency_make_room(struct core *k, uint64_t need, const sched_model *protect,
+                                   corral_error *err) {
     const cfg *c = core_cfg(k);
     const budget_params p = {.limit = c->memory_limit,
                              .high = c->high_watermark,
                              .low = c->low_watermark,
                              .policy = evict_policy_find(c->evict_policy)};
-    if (never) *never = false;
     size_t n = 0;
     budget_holder *h = list_candidates(k, protect, &n);
     size_t *victims = n ? calloc(n, sizeof *victims) : NULL;
     size_t n_victims = 0;
-    const budget_verdict v = budget_plan(&p, residency_total_bytes(k), need, h, victims ? n : 0,
-                                         sched__unix_ms(), victims, &n_victims);
+    budget_verdict v = budget_plan(&p, residency_total_bytes(k), need, h, victims ? n : 0,
+                                   sched__unix_ms(), victims, &n_victims);
     for (size_t i = 0; i < n_victims; i++) {
         const budget_holder *victim = &h[victims[i]];
-        if (victim->c.kind == EVICT_KIND_SESSION)
-            session_swap_out(k, victim->c.user);
-        else if (victim->flags & BUDGET_KEPT)
+        if (victim->c.kind == EVICT_KIND_SESSION) {
+            session_start_swap_out(k, victim->c.user);
+        } else if (victim->flags & BUDGET_KEPT) {
+            /* Still swapped out: it comes back by a load from the file. */
             residency_drop(victim->c.user);
-        else
-            residency_release(k, victim->c.user, CORE_MODEL_SWAPPED);
+        } else {
+            residency_swap_out(k, victim->c.user);
+        }
     }
+    bool writes = false;
+    for (size_t i = 0; i < n; i++) writes |= (h[i].flags & BUDGET_LEAVING) != 0;
+    for (size_t i = 0; i < n_victims; i++) writes |= (h[victims[i]].flags & BUDGET_ASYNC) != 0;
     free(victims);
     free(h);
     if (v == BUDGET_NEVER) {
-        if (never) *never = true;
-        return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
-                                "%.1f MiB are needed but memory.limit is %.1f MiB",
-                                need / 1048576.0, c->memory_limit / 1048576.0);
+        corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                         "%.1f MiB are needed but memory.limit is %.1f MiB", need / 1048576.0,
+                         c->memory_limit / 1048576.0);
+        return v;
     }
     /* The plan worked from the holders' figures; the accounting has the last word. */
-    if (residency_total_bytes(k) + need <= c->memory_limit) return CORRAL_OK;
-    char holders[CORRAL_ERROR_MESSAGE_MAX - 96];
-    describe_holders(k, &p, holders, sizeof holders);
-    return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED, "no room for %.1f MiB: %s",
-                            need / 1048576.0, holders);
+    if (v == BUDGET_FITS && residency_total_bytes(k) + need > c->memory_limit)
+        v = writes ? BUDGET_WAIT : BUDGET_FULL;
+    if (v == BUDGET_FULL) {
+        char holders[CORRAL_ERROR_MESSAGE_MAX - 96];
+        describe_holders(k, &p, holders, sizeof holders);
+        corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED, "no room for %.1f MiB: %s",
+                         need / 1048576.0, holders);
+    }
+    return v;
 }
 
-/* ---- loading --------------------------------------------------------------------------------- */
+/* ---- loading (on the loader) ----------------------------------------------------------------- */
 
-/* Set sm->weights_path: the model's own file, or for a variant the merged image in cache.dir,
- * merging its adapters first when the cache has no valid image. */
-static corral_status variant_prepare(struct core *k, sched_model *sm, corral_error *err) {
-    const cfg_model *mc = sm->cfg;
+/* A load or swap-in of one model. The compute thread leaves the model's parts alone while it is
+ * LOADING; the task's results are taken in by load_finish. */
+typedef struct load_task {
+    core_task t;
+    sched_model *sm;
+    cfg_gen *gen;           /* held while the task lives: entry and cache settings point in it */
+    const cfg_model *entry; /* the model's configuration */
+    bool restore;           /* map the weights again under what sm kept */
+    bool from_swap;         /* sm was swapped out: this load is its swap-in (counted as such) */
+    model *kept;            /* restore: sm's model (tokenizer, metadata, released weights) */
+    mem_owner *owner;       /* the arena everything is allocated in */
+    bool verify_full;       /* check every byte of a cached merged image */
+    uint32_t max_batch;
+    threadpool *compute_pool; /* the runner's */
+    threadpool *merge_pool;
+    /* Results. */
+    corral_status status;
+    corral_error err;
+    bool restore_failed; /* the kept parts cannot serve (file changed): load it afresh */
+    char *weights_path;
+    bool merged;
+    double merge_seconds;
+    image_problem merge_reason;
+    model *m;
+    model_runner *runner;
+    policy_vocab *pv;
+    uint32_t context;
+    chat_template tmpl;
+    int64_t us;
+} load_task;
+
+/* The file to map: the model's own, or for a variant the merged image in cache.dir, merging its
+ * adapters first when the cache has no valid image (cancellable between tensors). */
+static corral_status load_weights_path(load_task *t, corral_error *err) {
+    const cfg_model *mc = t->entry;
     const char *path = mc->path;
     lora_variant v;
     if (mc->n_adapters > 0) {
-        lora_source sources[LORA_MAX_ADAPTERS];
         if (mc->n_adapters > LORA_MAX_ADAPTERS)
             return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "model '%s': more than %d adapters", sm->name,
+                                    "model '%s': more than %d adapters", mc->name,
                                     LORA_MAX_ADAPTERS);
+        lora_source sources[LORA_MAX_ADAPTERS];
         for (size_t i = 0; i < mc->n_adapters; i++)
             sources[i] =
                 (lora_source){.path = mc->adapters[i].path, .scale = mc->adapters[i].scale};
@@ -251,38 +305,31 @@ static corral_status variant_prepare(struct core *k, sched_model *sm, corral_err
             .base_path = mc->path,
             .adapters = sources,
             .n_adapters = (uint32_t)mc->n_adapters,
-            .cache_dir = core_cfg(k)->cache_dir,
-            .cache_limit_bytes = core_cfg(k)->cache_limit,
-            .pool = k->pool,
+            .cache_dir = t->gen->c->cache_dir,
+            .cache_limit_bytes = t->gen->c->cache_limit,
+            .pool = t->merge_pool,
             /* Every byte is checked the first time; later swap-ins trust the verified image. */
-            .verify = sm->verified ? IMAGE_VERIFY_METADATA : IMAGE_VERIFY_FULL};
+            .verify = t->verify_full ? IMAGE_VERIFY_FULL : IMAGE_VERIFY_METADATA,
+            .cancel = &t->t.base.cancel};
         const unsigned scope = mem_scope_default();
         corral_status st = lora_variant_prepare(&req, &v, err);
         mem_scope_leave(scope);
-        if (st != CORRAL_OK) return corral_error_prefix(err, "model '%s'", sm->name);
-        sm->verified = true;
-        if (!v.cache_hit) {
-            sm->merges++;
-            sm->merge_us = (int64_t)(v.merge_seconds * 1e6);
-            log_info("variant merged", LOG_STR("model", sm->name), LOG_STR("base", mc->path),
-                     LOG_UINT("adapters", mc->n_adapters), LOG_F64("seconds", v.merge_seconds),
-                     LOG_STR("reason", image_problem_name(v.reason)), LOG_STR("image", v.path));
-        }
+        if (st != CORRAL_OK) return corral_error_prefix(err, "model '%s'", mc->name);
+        t->merged = !v.cache_hit;
+        t->merge_seconds = v.merge_seconds;
+        t->merge_reason = v.reason;
         path = v.path;
     }
     const unsigned scope = mem_scope_default();
-    char *copy = strdup(path);
+    t->weights_path = strdup(path);
     mem_scope_leave(scope);
-    if (!copy) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
-    free(sm->weights_path);
-    sm->weights_path = copy;
-    return CORRAL_OK;
+    return t->weights_path ? CORRAL_OK
+                           : corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
 }
 
 /* Keep the cache directory (merged variants and rearranged weights, one budget) under
  * cache.limit, least recently used first; `in_use` (a path in it, or NULL) stays. */
-static void cache_trim(const struct core *k, const char *in_use) {
-    const cfg *c = core_cfg(k);
+static void cache_trim(const cfg *c, const char *in_use) {
     if (!in_use || c->cache_limit == 0) return;
     const char *slash = strrchr(in_use, '/');
     corral_error err;
@@ -297,128 +344,285 @@ static void cache_trim(const struct core *k, const char *in_use) {
                  LOG_F64("mib_removed", rep.bytes_removed / 1048576.0));
 }
 
-/* Load sm from scratch (its weights_path): model, runner, vocabulary, in an arena of its own. On
- * success the model's parts are in place (the caller makes it resident). */
-static corral_status load_fresh(struct core *k, sched_model *sm, corral_error *err) {
-    sm->owner = mem_owner_new();
-    if (!sm->owner)
-        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "model '%s': no memory owner", sm->name);
-    const cfg *c = core_cfg(k);
-    /* Everything the model allocates lives in its own arena. */
-    const unsigned scope = mem_scope_enter(sm->owner);
+/* Load from scratch: model, runner, vocabulary, all in the task's arena. */
+static corral_status load_fresh(load_task *t, corral_error *err) {
+    const cfg_model *mc = t->entry;
+    const unsigned scope = mem_scope_enter(t->owner);
     /* The weights the kernels want rearranged are mapped from an image in the cache directory
      * (written on the first load of a file), so a load or swap-in costs no rearranging. */
-    const model_params mp = {.compute = MODEL_COMPUTE_FAST, .cache_dir = c->cache_dir};
-    model *m = model_load(sm->weights_path, &mp, err);
+    const model_params mp = {.compute = MODEL_COMPUTE_FAST, .cache_dir = t->gen->c->cache_dir};
+    model *m = model_load(t->weights_path, &mp, err);
     model_runner *r = NULL;
     policy_vocab *pv = NULL;
     uint32_t ctx = 0;
     chat_template tmpl = CHAT_TEMPLATE_NONE;
     if (!m) {
-        corral_error_prefix(err, "model '%s'", sm->name);
+        corral_error_prefix(err, "model '%s'", mc->name);
     } else {
         const model_hparams *hp = model_get_hparams(m);
-        ctx = (uint32_t)sm->cfg->context;
+        ctx = (uint32_t)mc->context;
         if (ctx == 0)
             ctx = hp->n_ctx_train < SCHED_DEFAULT_CONTEXT_CAP ? hp->n_ctx_train
                                                               : SCHED_DEFAULT_CONTEXT_CAP;
         tmpl = prompt_file_chat_template(model_get_gguf(m));
         corral_error why;
-        /* A batch step runs a prefill chunk beside one token of each other active job. */
-        const uint32_t max_batch =
-            (uint32_t)(c->prefill_chunk + c->active_per_model) + SCHED_MAX_REALTIME_EXTRA;
         if (ctx > hp->n_ctx_train)
             corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                             "model '%s': configured context %u exceeds the model's %u", sm->name,
+                             "model '%s': configured context %u exceeds the model's %u", mc->name,
                              ctx, hp->n_ctx_train);
-        else if (sm->cfg->chat_template &&
-                 (tmpl = chat_template_from_name(sm->cfg->chat_template, &why)) ==
-                     CHAT_TEMPLATE_UNKNOWN)
-            corral_error_set(err, CORRAL_INVALID_ARGUMENT, "model '%s': %s", sm->name, why.message);
-        else if (!(r = model_runner_new(m, max_batch, k->pool, err)))
-            corral_error_prefix(err, "model '%s'", sm->name);
+        else if (mc->chat_template &&
+                 (tmpl = chat_template_from_name(mc->chat_template, &why)) == CHAT_TEMPLATE_UNKNOWN)
+            corral_error_set(err, CORRAL_INVALID_ARGUMENT, "model '%s': %s", mc->name, why.message);
+        else if (!(r = model_runner_new(m, t->max_batch, t->compute_pool, err)))
+            corral_error_prefix(err, "model '%s'", mc->name);
         else if (!(pv = policy_vocab_new(model_get_tokenizer(m), err))) {
-            corral_error_prefix(err, "model '%s'", sm->name);
+            corral_error_prefix(err, "model '%s'", mc->name);
             model_runner_destroy(&r);
         }
     }
     if (!r) {
         model_destroy(&m);
         mem_scope_leave(scope);
-        mem_owner_destroy(&sm->owner);
         return err->status;
     }
     mem_scope_leave(scope);
-    mem_owner_set_mapped(sm->owner, gguf_file_size(model_get_gguf(m)));
-    sm->m = m;
-    sm->runner = r;
-    sm->pv = pv;
-    sm->context = ctx;
-    sm->tmpl = tmpl;
+    t->m = m;
+    t->runner = r;
+    t->pv = pv;
+    t->context = ctx;
+    t->tmpl = tmpl;
     return CORRAL_OK;
 }
 
-/* Map a swapped-out model's weights back under what it kept (model_weights_restore): only when
- * they are still at the path it had (a variant's image still valid) and the file is unchanged.
- * false otherwise, with what was kept left for the caller to drop. */
-static bool restore_weights(sched_model *sm) {
-    if (strcmp(gguf_path(model_get_gguf(sm->m)), sm->weights_path) != 0) return false;
-    corral_error err;
-    const unsigned scope = mem_scope_enter(sm->owner);
-    const corral_status st = model_weights_restore(sm->m, &err);
-    mem_scope_leave(scope);
-    if (st != CORRAL_OK) {
-        log_warn("swapped-out model cannot be restored; loading it again",
-                 LOG_STR("model", sm->name), LOG_STR("reason", err.message));
-        return false;
+static void load_run(actor_task *base) {
+    load_task *t = (load_task *)base;
+    const int64_t t0 = sched__mono_us();
+    t->status = load_weights_path(t, &t->err);
+    if (t->status == CORRAL_OK && atomic_load(&base->cancel))
+        t->status = corral_error_set(&t->err, CORRAL_CANCELLED, "the load was cancelled");
+    if (t->status == CORRAL_OK && t->restore) {
+        /* Only when the weights are still at the path the kept parts came from (a variant's image
+         * still valid) and the file is unchanged. */
+        corral_error why;
+        corral_status st = CORRAL_FAILED_PRECONDITION;
+        if (strcmp(gguf_path(model_get_gguf(t->kept)), t->weights_path) == 0) {
+            const unsigned scope = mem_scope_enter(t->owner);
+            st = model_weights_restore(t->kept, &why);
+            mem_scope_leave(scope);
+        } else {
+            corral_error_set(&why, CORRAL_FAILED_PRECONDITION, "its weights moved to %s",
+                             t->weights_path);
+        }
+        if (st != CORRAL_OK) {
+            log_warn("swapped-out model cannot be restored; loading it again",
+                     LOG_STR("model", t->entry->name), LOG_STR("reason", why.message));
+            t->restore_failed = true;
+        }
+    } else if (t->status == CORRAL_OK) {
+        t->status = load_fresh(t, &t->err);
+        if (t->status == CORRAL_OK) cache_trim(t->gen->c, model_repack_path(t->m));
     }
-    mem_owner_set_mapped(sm->owner, gguf_file_size(model_get_gguf(sm->m)));
-    return true;
+    t->us = sched__mono_us() - t0;
 }
 
-corral_status residency_ensure_loaded(struct core *k, sched_model *sm, int64_t *load_us,
-                                      bool *never, corral_error *err) {
-    if (never) *never = false;
-    if (sm->state == CORE_MODEL_RESIDENT) return CORRAL_OK;
+/* Throw away a fresh load's parts (cancelled, or failed after the load). */
+static void load_discard(load_task *t) {
+    const unsigned scope = mem_scope_enter(t->owner);
+    model_runner_destroy(&t->runner);
+    policy_vocab_destroy(&t->pv);
+    model_destroy(&t->m);
+    mem_scope_leave(scope);
+}
+
+static void load_finish(struct core *k, core_task *ct) {
+    load_task *t = (load_task *)ct;
+    sched_model *sm = t->sm;
+    sm->loading = NULL;
+    sm->reserved = 0;
+    const bool cancelled = !t->t.base.ran || atomic_load(&t->t.base.cancel);
+    if (t->merged && t->status == CORRAL_OK) {
+        sm->merges++;
+        sm->merge_us = (int64_t)(t->merge_seconds * 1e6);
+        log_info("variant merged", LOG_STR("model", sm->name), LOG_STR("base", t->entry->path),
+                 LOG_UINT("adapters", t->entry->n_adapters), LOG_F64("seconds", t->merge_seconds),
+                 LOG_STR("reason", image_problem_name(t->merge_reason)),
+                 LOG_STR("image", t->weights_path));
+    }
+    if (t->status == CORRAL_OK && t->entry->n_adapters) sm->verified = true;
+    if (t->restore_failed) {
+        /* The kept parts are stale: they and the sessions made with them go, then the waiting
+         * jobs load it afresh. */
+        sm->state = CORE_MODEL_SWAPPED;
+        sm->stale = true;
+    } else if (cancelled && t->status == CORRAL_OK) {
+        log_info("load cancelled: no request waits for it any more", LOG_STR("model", sm->name));
+        if (t->restore) {
+            model_weights_release(sm->m);
+            sm->state = CORE_MODEL_SWAPPED;
+        } else {
+            load_discard(t);
+            mem_owner_destroy(&sm->owner);
+            sm->state = CORE_MODEL_UNLOADED;
+        }
+    } else if (t->status != CORRAL_OK) {
+        if (t->restore) {
+            sm->state = CORE_MODEL_SWAPPED;
+        } else {
+            mem_owner_destroy(&sm->owner);
+            sm->state = CORE_MODEL_UNLOADED;
+        }
+        if (t->status != CORRAL_CANCELLED) {
+            log_warn("model load failed", LOG_STR("model", sm->name),
+                     LOG_STR("error", t->err.message));
+            sched_fail_waiting(k, sm, &t->err);
+        }
+    } else {
+        if (!t->restore) {
+            sm->m = t->m;
+            sm->runner = t->runner;
+            sm->pv = t->pv;
+            sm->context = t->context;
+            sm->tmpl = t->tmpl;
+        }
+        if (t->from_swap) sm->swap_ins++;
+        sm->was_swapped = false;
+        free(sm->weights_path);
+        sm->weights_path = t->weights_path;
+        t->weights_path = NULL;
+        mem_owner_set_mapped(sm->owner, gguf_file_size(model_get_gguf(sm->m)));
+        corral_error err;
+        if (batch_alloc(k, sm, &err) != CORRAL_OK) {
+            residency_drop(sm);
+            sm->state = CORE_MODEL_UNLOADED;
+            sched_fail_waiting(k, sm, &err);
+        } else {
+            sm->state = CORE_MODEL_RESIDENT;
+            sm->load_us = t->us;
+            sm->last_used_ms = sched__unix_ms(); /* loading is a use: keep-alives run from here */
+            log_info(
+                t->from_swap ? "model swapped in" : "model loaded", LOG_STR("model", sm->name),
+                LOG_STR("path", sm->weights_path), LOG_STR("arch", model_get_hparams(sm->m)->arch),
+                LOG_UINT("context", sm->context), LOG_STR("template", chat_template_name(sm->tmpl)),
+                LOG_STR("how", t->restore ? "weights mapped again" : "loaded from the file"),
+                LOG_F64("ms", sm->load_us / 1000.0), LOG_UINT("bytes", residency_model_bytes(sm)));
+            /* The reservation was a guess: if the model turned out bigger, make room now. */
+            corral_error ignored;
+            residency_make_room(k, 0, sm, &ignored);
+        }
+    }
+    free(t->weights_path);
+    sched_config_unref(k, t->gen);
+    free(t);
+}
+
+/* A load task for sm; NULL when out of memory. */
+static load_task *load_task_new(struct core *k, sched_model *sm, bool from_swap) {
+    load_task *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    actor_task_init(&t->t.base, load_run, 0);
+    t->t.finish = load_finish;
+    t->sm = sm;
+    t->gen = k->config;
+    k->config->refs++;
+    t->entry = sm->cfg;
+    t->restore = residency_kept(sm) && !sm->stale;
+    t->from_swap = from_swap;
+    t->kept = t->restore ? sm->m : NULL;
+    t->verify_full = !sm->verified;
+    const cfg *c = core_cfg(k);
+    /* A batch step runs a prefill chunk beside one token of each other active job. */
+    t->max_batch = (uint32_t)(c->prefill_chunk + c->active_per_model) + SCHED_MAX_REALTIME_EXTRA;
+    t->compute_pool = k->pool;
+    t->merge_pool = k->loader_pool;
+    return t;
+}
+
+/* Bytes to reserve for loading sm. */
+static uint64_t load_need(const sched_model *sm) {
     const uint64_t file = file_bytes(sm->cfg->path);
     /* A swapped-out model that kept its heap only needs room for its weights again. */
-    const uint64_t need = residency_kept(sm) ? file : file + MODEL_HEAP_RESERVE + file / 64;
-    corral_status st = residency_make_room(k, need, sm, never, err);
-    if (st != CORRAL_OK) return st;
-    const int64_t t0 = sched__mono_us();
-    if ((st = variant_prepare(k, sm, err)) != CORRAL_OK) return st;
-    const core_model_state before = sm->state;
+    return residency_kept(sm) && !sm->stale ? file : file + MODEL_HEAP_RESERVE + file / 64;
+}
+
+/* Make the parts the task needs: a fresh load gets an arena of its own. */
+static corral_status load_begin(struct core *k, sched_model *sm, load_task *t, corral_error *err) {
+    (void)k;
+    if (!t->restore) {
+        if (sm->owner) residency_drop(sm); /* stale kept parts (their sessions are out) */
+        sm->owner = mem_owner_new();
+        if (!sm->owner)
+            return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "model '%s': no memory owner",
+                                    sm->name);
+    }
+    t->owner = sm->owner;
+    sm->reserved_base = residency_model_bytes(sm);
+    sm->reserved = load_need(sm);
     sm->state = CORE_MODEL_LOADING;
     sm->loads++;
-    bool restored = false;
-    if (before == CORE_MODEL_SWAPPED && sm->m) {
-        restored = restore_weights(sm);
-        if (!restored) drop_with_sessions(k, sm);
-    }
-    if (!restored && (st = load_fresh(k, sm, err)) != CORRAL_OK) {
-        sm->state = before == CORE_MODEL_SWAPPED ? CORE_MODEL_UNLOADED : before;
-        return st;
-    }
-    if ((st = batch_alloc(k, sm, err)) != CORRAL_OK) {
-        residency_drop(sm);
-        sm->state = CORE_MODEL_UNLOADED;
-        return st;
-    }
-    sm->state = CORE_MODEL_RESIDENT;
-    if (before == CORE_MODEL_SWAPPED) sm->swap_ins++;
-    sm->load_us = sched__mono_us() - t0;
-    cache_trim(k, model_repack_path(sm->m));
-    /* The reservation was a guess: if the model turned out bigger, make room now. */
-    corral_error ignored;
-    residency_make_room(k, 0, sm, NULL, &ignored);
-    if (load_us) *load_us = sm->load_us;
-    log_info(before == CORE_MODEL_SWAPPED ? "model swapped in" : "model loaded",
-             LOG_STR("model", sm->name), LOG_STR("path", sm->weights_path),
-             LOG_STR("arch", model_get_hparams(sm->m)->arch), LOG_UINT("context", sm->context),
-             LOG_STR("template", chat_template_name(sm->tmpl)),
-             LOG_STR("how", restored ? "weights mapped again" : "loaded from the file"),
-             LOG_F64("ms", sm->load_us / 1000.0), LOG_UINT("bytes", residency_model_bytes(sm)));
+    sm->loading = t;
     return CORRAL_OK;
+}
+
+residency_state residency_want(struct core *k, sched_model *sm, corral_error *err) {
+    sm->unload_requested = false; /* wanted again */
+    /* A changed entry: the old model goes when its requests end, then this one loads it. */
+    if (sm->reload_pending) return RESIDENCY_PENDING;
+    if (sm->state == CORE_MODEL_RESIDENT) return RESIDENCY_READY;
+    if (sm->state == CORE_MODEL_LOADING) return RESIDENCY_PENDING;
+    const bool from_swap = sm->was_swapped;
+    if (sm->stale) {
+        /* Kept parts that cannot serve: their sessions go out first, then the arena. */
+        if (!unload_when_possible(k, sm)) return RESIDENCY_PENDING;
+    }
+    switch (residency_make_room(k, load_need(sm), sm, err)) {
+        case BUDGET_FITS:
+            break;
+        case BUDGET_WAIT:
+            return RESIDENCY_PENDING;
+        case BUDGET_FULL:
+            return RESIDENCY_NO_ROOM;
+        case BUDGET_NEVER:
+            return RESIDENCY_FAILED;
+    }
+    load_task *t = load_task_new(k, sm, from_swap);
+    if (!t || load_begin(k, sm, t, err) != CORRAL_OK) {
+        if (t) sched_config_unref(k, t->gen);
+        free(t);
+        if (!t) corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+        return RESIDENCY_FAILED;
+    }
+    sched_post(k, k->loader, &t->t);
+    return RESIDENCY_PENDING;
+}
+
+corral_status residency_load_now(struct core *k, sched_model *sm, corral_error *err) {
+    corral_error_clear(err);
+    if (residency_make_room(k, load_need(sm), sm, err) != BUDGET_FITS)
+        return err->status != CORRAL_OK
+                   ? err->status
+                   : corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                                      "model '%s': no room in memory.limit", sm->name);
+    load_task *t = load_task_new(k, sm, false);
+    if (!t || load_begin(k, sm, t, err) != CORRAL_OK) {
+        if (t) sched_config_unref(k, t->gen);
+        free(t);
+        return t ? err->status : corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    }
+    t->t.base.ran = true;
+    load_run(&t->t.base);
+    if (t->status != CORRAL_OK) *err = t->err;
+    load_finish(k, &t->t);
+    if (sm->state == CORE_MODEL_RESIDENT) return CORRAL_OK;
+    return err->status != CORRAL_OK
+               ? err->status
+               : corral_error_set(err, CORRAL_INTERNAL, "model '%s' could not be loaded", sm->name);
+}
+
+void residency_forget_load(struct core *k, sched_model *sm) {
+    if (!sm->loading) return;
+    for (const sjob *sj = k->jobs; sj; sj = sj->next)
+        if (sj->model == sm && sj->phase == SJOB_WAIT_MODEL) return;
+    atomic_store(&sm->loading->t.base.cancel, 1);
 }
 
 /* ---- configuration --------------------------------------------------------------------------- */
@@ -440,14 +644,16 @@ void residency_sync(struct core *k, const cfg *c) {
     for (sched_model *sm = k->models; sm; sm = sm->next) {
         const cfg_model *entry = cfg_find_model(c, sm->name);
         if (!entry) {
-            sm->removed = true;
-            if (residency_kept(sm)) drop_with_sessions(k, sm);
+            sm->removed = true; /* residency_tick unloads it once idle */
             continue;
         }
         if (sm->cfg && entry_changed(sm->cfg, entry)) {
-            sm->reload_pending = sm->state == CORE_MODEL_RESIDENT;
-            /* Kept parts of a swapped-out model were made under the old entry. */
-            if (residency_kept(sm)) drop_with_sessions(k, sm);
+            /* A resident model goes once idle and its next load uses the new entry; what a
+             * swapped-out one kept was made under the old entry. */
+            if (sm->state == CORE_MODEL_RESIDENT || sm->state == CORE_MODEL_LOADING)
+                sm->reload_pending = true;
+            else if (residency_kept(sm))
+                sm->stale = true;
         }
         sm->cfg = entry;
         sm->removed = false;
@@ -474,22 +680,49 @@ void residency_sync(struct core *k, const cfg *c) {
 void residency_tick(struct core *k) {
     const int64_t now_ms = sched__unix_ms();
     for (sched_model *sm = k->models; sm; sm = sm->next) {
-        const bool expired =
-            sm->cfg->ttl_ms && !sm->pinned && now_ms - sm->last_used_ms > sm->cfg->ttl_ms;
-        /* A swapped-out model past its keep-alive gives back what it kept, too. */
-        if (residency_kept(sm) && expired && !residency_busy(k, sm)) drop_with_sessions(k, sm);
-        if (sm->state != CORE_MODEL_RESIDENT || residency_busy(k, sm)) continue;
-        /* Gone from the config or changed: unload now that it is idle. Keep-alive ran out: give
-         * the memory back to the machine. */
-        if (sm->removed || sm->reload_pending || expired)
-            residency_release(k, sm, CORE_MODEL_UNLOADED);
+        if (sm->state == CORE_MODEL_LOADING) continue;
+        const bool held = sm->state == CORE_MODEL_RESIDENT || residency_kept(sm);
+        /* A stale swapped-out model stays until a request wants it (residency_want). */
+        if (sm->stale) continue;
+        if (!held) {
+            sm->reload_pending = sm->unload_requested = false;
+            continue;
+        }
+        /* Gone from the config, changed, asked to unload, stale, or its keep-alive ran out:
+         * give the memory back once it is idle. A keep-alive runs from the last use, and never
+         * while a request is on its way to the model. */
+        bool wanted = false;
+        for (const sjob *sj = k->jobs; sj && !wanted; sj = sj->next) wanted = sj->model == sm;
+        const bool expired = !wanted && sm->cfg->ttl_ms && !sm->pinned &&
+                             now_ms - sm->last_used_ms > sm->cfg->ttl_ms;
+        if ((sm->removed || sm->reload_pending || sm->unload_requested || sm->stale || expired) &&
+            !residency_busy(k, sm))
+            unload_when_possible(k, sm);
     }
+}
+
+corral_status residency_unload(struct core *k, sched_model *sm) {
+    if (residency_busy(k, sm)) return CORRAL_FAILED_PRECONDITION;
+    if (sm->state == CORE_MODEL_LOADING) {
+        atomic_store(&sm->loading->t.base.cancel, 1);
+        return CORRAL_OK;
+    }
+    if (sm->state == CORE_MODEL_RESIDENT || residency_kept(sm)) {
+        /* The weights go now; the rest once its sessions' caches are written out. */
+        if (sm->state == CORE_MODEL_RESIDENT) {
+            model_weights_release(sm->m);
+            mem_owner_set_mapped(sm->owner, 0);
+            sm->state = CORE_MODEL_SWAPPED;
+        }
+        if (!unload_when_possible(k, sm)) sm->unload_requested = true;
+    }
+    return CORRAL_OK;
 }
 
 void residency_free_all(struct core *k) {
     for (sched_model *sm = k->models, *next; sm; sm = next) {
         next = sm->next;
-        if (sm->m) residency_release(k, sm, CORE_MODEL_UNLOADED);
+        residency_drop(sm);
         free(sm->weights_path);
         free(sm->name);
         free(sm);

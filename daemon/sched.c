@@ -37,7 +37,7 @@ int64_t sched__unix_ms(void) {
 
 /* ---- configurations -------------------------------------------------------------------------- */
 
-static void config_unref(struct core *k, cfg_gen *g) {
+void sched_config_unref(struct core *k, cfg_gen *g) {
     if (!g || --g->refs > 0 || g->first) return;
     for (cfg_gen **pp = &k->configs; *pp; pp = &(*pp)->next)
         if (*pp == g) {
@@ -55,27 +55,92 @@ static void config_install(struct core *k, cfg_gen *g) {
     cfg_gen *old = k->config;
     k->config = g;
     residency_sync(k, g->c);
-    if (old) config_unref(k, old);
+    if (old) sched_config_unref(k, old);
 }
 
-/* Read and check the file named in a reload request, and take it in. */
-static void reload(struct core *k, const char *path) {
+/* A reload: the file is read and its profiles built on the io actor, never on a front end's or
+ * the compute thread (a slow or hostile file stalls neither). */
+typedef struct reload_task {
+    core_task t;
+    char *path;
+    cfg_gen *gen; /* the result */
     corral_error err;
-    cfg *c = cfg_load_file(path, &err);
-    if (!c) {
+} reload_task;
+
+static void reload_run(actor_task *base) {
+    reload_task *t = (reload_task *)base;
+    cfg *c = cfg_load_file(t->path, &t->err);
+    if (!c) return;
+    t->gen = cfg_gen_new(c, &t->err);
+}
+
+static void reload_finish(struct core *k, core_task *ct) {
+    reload_task *t = (reload_task *)ct;
+    if (!t->t.base.ran) {
+        /* shutting down */
+    } else if (!t->gen) {
         log_error("config reload failed; keeping the running configuration",
-                  LOG_STR("error", err.message));
+                  LOG_STR("config", t->path), LOG_STR("error", t->err.message));
+    } else {
+        config_install(k, t->gen);
+        log_info("configuration reloaded", LOG_STR("config", t->path),
+                 LOG_UINT("models", t->gen->c->n_models),
+                 LOG_STR("note", "listen, limits and threads apply at the next start"));
+        t->gen = NULL;
+    }
+    cfg_gen_destroy(&t->gen);
+    free(t->path);
+    free(t);
+}
+
+static void reload(struct core *k, char *path) {
+    reload_task *t = calloc(1, sizeof *t);
+    if (!t) {
+        log_error("config reload failed: out of memory");
+        free(path);
         return;
     }
-    cfg_gen *g = cfg_gen_new(c, &err);
-    if (!g) {
-        log_error("configuration not reloaded: a sanitizer cannot be built",
-                  LOG_STR("error", err.message));
+    actor_task_init(&t->t.base, reload_run, 0);
+    t->t.finish = reload_finish;
+    t->path = path;
+    sched_post(k, k->io, &t->t);
+}
+
+/* ---- tasks ----------------------------------------------------------------------------------- */
+
+void sched_post(struct core *k, actor *a, core_task *t) {
+    if (!a) {
+        /* The actors are gone (shutdown): the task comes back unrun. */
+        t->base.ran = false;
+        t->finish(k, t);
         return;
     }
-    config_install(k, g);
-    log_info("configuration reloaded", LOG_STR("config", path), LOG_UINT("models", g->c->n_models),
-             LOG_STR("note", "listen, limits and threads apply at the next start"));
+    k->tasks_in_flight++;
+    actor_post(a, &t->base);
+}
+
+/* An actor's `done`: hand the task to the compute thread. Runs on the actor's thread. */
+static void task_done(actor_task *base, void *ctx) {
+    struct core *k = ctx;
+    core_task *t = (core_task *)base;
+    t->done_next = NULL;
+    pthread_mutex_lock(&k->mu);
+    if (k->done_tail)
+        k->done_tail->done_next = t;
+    else
+        k->done_head = t;
+    k->done_tail = t;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Take in the results of the tasks in the list. */
+static void finish_tasks(struct core *k, core_task *list) {
+    for (core_task *t = list, *next; t; t = next) {
+        next = t->done_next;
+        k->tasks_in_flight--;
+        t->finish(k, t);
+    }
 }
 
 /* ---- ending jobs ----------------------------------------------------------------------------- */
@@ -114,7 +179,7 @@ static void sjob_release(struct core *k, sjob *sj) {
         if (a && a->n) a->n--;
     }
     free(sj->sanitizer_report);
-    config_unref(k, sj->gen);
+    sched_config_unref(k, sj->gen);
     sj->j->core = NULL;
     free(sj);
 }
@@ -155,6 +220,20 @@ void sched_finish_done(struct core *k, sjob *sj, core_stop stop) {
     job_emit_done(j, &d);
 }
 
+void sched_finish_reply(struct core *k, sjob *sj, core_reply *reply) {
+    job *j = sj->j;
+    sjob_release(k, sj);
+    job_emit_reply(j, reply);
+}
+
+void sched_fail_waiting(struct core *k, sched_model *sm, const corral_error *err) {
+    for (sjob *sj = k->jobs, *next; sj; sj = next) {
+        next = sj->next;
+        if (sj->model == sm && sj->phase == SJOB_WAIT_MODEL)
+            sched_finish_error(k, sj, err->status, "%s", err->message);
+    }
+}
+
 /* ---- admission ------------------------------------------------------------------------------- */
 
 /* The model a request names, checked against the config and the app's rights; NULL after
@@ -186,6 +265,7 @@ static sjob *sjob_add(struct core *k, job *j, sched_model *sm, cfg_priority prio
     sj->priority = prio;
     sj->phase = SJOB_WAIT_MODEL;
     sj->gen = k->config;
+    sj->entry = sm->cfg;
     k->config->refs++;
     j->core = sj;
     sjob **pp = &k->jobs;
@@ -254,14 +334,13 @@ static void answer_admin(struct core *k, job *j) {
     }
     switch (j->req.kind) {
         case CORE_UNLOAD:
-            if (residency_busy(k, sm)) {
+            if (residency_unload(k, sm) != CORRAL_OK) {
                 core_reply_destroy(&r);
                 job_emit_error(j, CORRAL_FAILED_PRECONDITION,
                                "model '%s' has requests in flight; try again when they finish",
                                sm->name);
                 return;
             }
-            residency_release(k, sm, CORE_MODEL_UNLOADED);
             snprintf(r->message, sizeof r->message, "model '%s' unloaded", sm->name);
             break;
         case CORE_PIN:
@@ -316,12 +395,10 @@ static void admit(struct core *k, job *j) {
 
 /* ---- moving jobs along ----------------------------------------------------------------------- */
 
-/* End jobs that were cancelled or ran out of time. */
-static void reap(struct core *k) {
-    const int64_t now = sched__mono_us();
-    for (sjob *sj = k->jobs, *next; sj; sj = next) {
-        next = sj->next;
-        job *j = sj->j;
+/* End sj if it was cancelled or ran out of time. */
+static void reap_one(struct core *k, sjob *sj, int64_t now) {
+    job *j = sj->j;
+    {
         const int why = atomic_load(&j->cancel);
         if (why != JOB_CANCEL_NONE) {
             if (why == JOB_CANCEL_SHUTDOWN || sj->phase != SJOB_ACTIVE) {
@@ -351,6 +428,26 @@ static void reap(struct core *k) {
     }
 }
 
+/* End jobs that were cancelled or ran out of time. */
+static void reap(struct core *k) {
+    const int64_t now = sched__mono_us();
+    for (sjob *sj = k->jobs, *next; sj; sj = next) {
+        next = sj->next;
+        /* A task works on it (preparing, reading its session back): it ends when that is back. */
+        if (sj->task) continue;
+        job *j = sj->j;
+        sched_model *sm = sj->model;
+        const bool waited_for_model = sj->phase == SJOB_WAIT_MODEL;
+        const bool ends = atomic_load(&j->cancel) != JOB_CANCEL_NONE ||
+                          (sj->phase != SJOB_ACTIVE && sj->memory_wait_until_us &&
+                           now > sj->memory_wait_until_us) ||
+                          (j->deadline_us && now > j->deadline_us);
+        reap_one(k, sj, now);
+        /* A load nobody waits for any more is cancelled. */
+        if (ends && waited_for_model) residency_forget_load(k, sm);
+    }
+}
+
 /* A job found no memory: retry a little later, until its deadline (or limits.memory_wait_ms)
  * runs out; the message becomes its error then. */
 static void wait_for_memory(struct core *k, sjob *sj, const char *reason) {
@@ -365,68 +462,46 @@ static void wait_for_memory(struct core *k, sjob *sj, const char *reason) {
     sj->wait_reason[len] = '\0';
 }
 
-/* A job whose model is resident: prepare it (Generate), or answer it (Tokenize, Load). */
+/* A job whose model is resident: prepare it (Generate, Tokenize), or answer it (Load). */
 static void model_ready(struct core *k, sjob *sj) {
-    corral_error err;
-    switch (sj->j->req.kind) {
-        case CORE_GENERATE:
-            if (prepare_generate(k, sj, &err) != CORRAL_OK) {
-                sched_finish_error(k, sj, err.status, "%s", err.message);
-                return;
-            }
-            sj->phase = SJOB_READY;
-            sj->retry_at_us = 0;
-            sj->memory_wait_until_us = 0;
-            return;
-        case CORE_TOKENIZE: {
-            core_reply *r = NULL;
-            if (prepare_tokenize(k, sj, &r, &err) != CORRAL_OK) {
-                sched_finish_error(k, sj, err.status, "%s", err.message);
-                return;
-            }
-            job *j = sj->j;
-            sjob_release(k, sj);
-            job_emit_reply(j, r);
-            return;
-        }
-        case CORE_LOAD: {
-            core_reply *r = core_reply_new(CORE_LOAD);
-            job *j = sj->j;
-            if (r)
-                snprintf(r->message, sizeof r->message, "model '%s' is resident", sj->model->name);
-            sjob_release(k, sj);
-            if (r)
-                job_emit_reply(j, r);
-            else
-                job_emit_error(j, CORRAL_OUT_OF_MEMORY, "out of memory");
-            return;
-        }
-        default:
-            sched_finish_error(k, sj, CORRAL_INTERNAL, "the core cannot handle this request");
-            return;
+    if (sj->j->req.kind != CORE_LOAD) {
+        prepare_start(k, sj);
+        return;
     }
+    core_reply *r = core_reply_new(CORE_LOAD);
+    if (!r) {
+        sched_finish_error(k, sj, CORRAL_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    snprintf(r->message, sizeof r->message, "model '%s' is resident", sj->model->name);
+    sched_finish_reply(k, sj, r);
 }
 
-/* Jobs waiting for their model: load it, then prepare them. */
+/* Jobs waiting for their model: ask for it (one load for however many wait), and prepare those
+ * whose model is resident. */
 static void advance_waiting(struct core *k) {
     const int64_t now = sched__mono_us();
     for (sjob *sj = k->jobs, *next; sj; sj = next) {
         next = sj->next;
         if (sj->phase != SJOB_WAIT_MODEL || (sj->retry_at_us && now < sj->retry_at_us)) continue;
-        sched_model *sm = sj->model;
-        /* A changed entry: the old model goes when its requests end, then this one loads it. */
-        if (sm->reload_pending) continue;
-        corral_error err;
-        int64_t load_us = 0;
-        bool never = false;
-        const corral_status st = residency_ensure_loaded(k, sm, &load_us, &never, &err);
-        if (st == CORRAL_OK) {
-            sj->load_us = load_us;
-            model_ready(k, sj);
-        } else if (st == CORRAL_RESOURCE_EXHAUSTED && !never) {
-            wait_for_memory(k, sj, err.message);
-        } else {
-            sched_finish_error(k, sj, err.status, "%s", err.message);
+        corral_error err = {0};
+        switch (residency_want(k, sj->model, &err)) {
+            case RESIDENCY_READY:
+                /* Its time includes the load it waited for. */
+                if (sj->waited_for_load) sj->load_us = sj->model->load_us;
+                sj->retry_at_us = 0;
+                sj->memory_wait_until_us = 0;
+                model_ready(k, sj);
+                break;
+            case RESIDENCY_PENDING:
+                sj->waited_for_load = true;
+                break;
+            case RESIDENCY_NO_ROOM:
+                wait_for_memory(k, sj, err.message);
+                break;
+            case RESIDENCY_FAILED:
+                sched_finish_error(k, sj, err.status, "%s", err.message);
+                break;
         }
     }
 }
@@ -447,7 +522,7 @@ static void start_ready(struct core *k) {
             const char *sid = sj->j->req.generate.session;
             bool session_busy = false;
             for (sched_session *ss = k->sessions; sid[0] && ss && !session_busy; ss = ss->next)
-                session_busy = strcmp(ss->id, sid) == 0 && ss->busy && ss->busy != sj;
+                session_busy = strcmp(ss->id, sid) == 0 && ((ss->busy && ss->busy != sj) || ss->io);
             if (session_busy) continue;
             uint32_t active = 0, realtime = 0;
             for (const sjob *o = k->jobs; o; o = o->next)
@@ -472,10 +547,16 @@ static void start_ready(struct core *k) {
 }
 
 /* The model to step: the one whose best runnable job has the highest class; among equals, the
- * one stepped least recently. NULL when no job can run. */
+ * one stepped least recently. NULL when no job can run — or when a job of a higher class than any
+ * runnable one is being prepared or is getting its session back: those tasks are short, and
+ * stepping lower classes meanwhile would delay its first token by a step each. */
 static sched_model *pick(struct core *k) {
     sched_model *best = NULL;
-    int best_prio = 0;
+    int best_prio = 0, coming = 0;
+    for (const sjob *sj = k->jobs; sj; sj = sj->next)
+        if ((sj->phase == SJOB_PREPARING || sj->phase == SJOB_SESSION_IN) &&
+            (int)sj->priority > coming)
+            coming = (int)sj->priority;
     for (const sjob *sj = k->jobs; sj; sj = sj->next) {
         if (sj->phase != SJOB_ACTIVE || atomic_load(&sj->j->paused)) continue;
         const int prio = (int)sj->priority;
@@ -485,7 +566,7 @@ static sched_model *pick(struct core *k) {
             best_prio = prio;
         }
     }
-    return best;
+    return best && best_prio >= coming ? best : NULL;
 }
 
 /* ---- the thread ------------------------------------------------------------------------------ */
@@ -499,18 +580,28 @@ static void *sched_main(void *arg) {
         k->inbox_head = k->inbox_tail = NULL;
         char *reload_path = k->reload_path;
         k->reload_path = NULL;
+        core_task *done = k->done_head;
+        k->done_head = k->done_tail = NULL;
         const bool quit = k->quit;
         const bool shutdown = k->shutdown;
         k->poked = false;
         pthread_mutex_unlock(&k->mu);
         if (quit) {
             free(reload_path);
+            /* Put them back: core_destroy takes them in after the actors stop. */
+            pthread_mutex_lock(&k->mu);
+            if (done) {
+                core_task *last = done;
+                while (last->done_next) last = last->done_next;
+                last->done_next = k->done_head;
+                k->done_head = done;
+                if (!k->done_tail) k->done_tail = last;
+            }
+            pthread_mutex_unlock(&k->mu);
             break;
         }
-        if (reload_path) {
-            reload(k, reload_path);
-            free(reload_path);
-        }
+        finish_tasks(k, done);
+        if (reload_path) reload(k, reload_path);
         for (job *j = inbox, *next; j; j = next) {
             next = j->inbox_next;
             j->inbox_next = NULL;
@@ -532,8 +623,8 @@ static void *sched_main(void *arg) {
         }
 
         pthread_mutex_lock(&k->mu);
-        k->idle = k->jobs == NULL && k->inbox_head == NULL;
-        if (!k->inbox_head && !k->poked && !k->quit && !k->reload_path &&
+        k->idle = k->jobs == NULL && k->inbox_head == NULL && k->tasks_in_flight == 0;
+        if (!k->inbox_head && !k->done_head && !k->poked && !k->quit && !k->reload_path &&
             !(k->shutdown && k->jobs)) {
             /* Nothing can run: sleep until new work, a poke, or a periodic check (deadlines,
              * memory retries, session expiry, paused streams). */
@@ -590,7 +681,9 @@ core *core_new(cfg *c, corral_error *err) {
              LOG_UINT("temp_removed", scan.temp_removed), LOG_UINT("images_kept", scan.images_kept),
              LOG_UINT("images_removed", scan.images_removed));
     k->pool = threadpool_new((uint32_t)c->threads, err);
-    if (!k->pool) {
+    /* Merges on the loader use one thread: the compute threads keep serving meanwhile. */
+    if (k->pool) k->loader_pool = threadpool_new(1, err);
+    if (!k->pool || !k->loader_pool) {
         cfg_gen_destroy(&g);
         core_destroy(&k);
         return NULL;
@@ -598,10 +691,16 @@ core *core_new(cfg *c, corral_error *err) {
     config_install(k, g);
     for (sched_model *sm = k->models; sm; sm = sm->next) {
         if (!sm->cfg->preload) continue;
-        if (residency_ensure_loaded(k, sm, NULL, NULL, err) != CORRAL_OK) {
+        if (residency_load_now(k, sm, err) != CORRAL_OK) {
             core_destroy(&k);
             return NULL;
         }
+    }
+    if (!(k->loader = actor_new("loader", task_done, k, err)) ||
+        !(k->io = actor_new("io", task_done, k, err)) ||
+        !(k->preparer = actor_new("preparer", task_done, k, err))) {
+        core_destroy(&k);
+        return NULL;
     }
     if (pthread_create(&k->thread, NULL, sched_main, k) != 0) {
         corral_error_set(err, CORRAL_INTERNAL, "cannot start the scheduler thread");
@@ -677,6 +776,22 @@ void core_destroy(core **pk) {
         pthread_mutex_unlock(&k->mu);
         pthread_join(k->thread, NULL);
     }
+    /* The actors stop after what they are running (told to cut it short); what they hand back is
+     * taken in here, with no actor left to post to. */
+    actor *actors[] = {k->loader, k->io, k->preparer};
+    for (size_t i = 0; i < sizeof actors / sizeof actors[0]; i++)
+        if (actors[i]) actor_cancel_all(actors[i]);
+    actor_destroy(&k->loader);
+    actor_destroy(&k->io);
+    actor_destroy(&k->preparer);
+    for (;;) {
+        pthread_mutex_lock(&k->mu);
+        core_task *done = k->done_head;
+        k->done_head = k->done_tail = NULL;
+        pthread_mutex_unlock(&k->mu);
+        if (!done) break;
+        finish_tasks(k, done);
+    }
     /* Jobs still held (the front end gave up waiting at shutdown): release what the core owns
      * for them; the jobs themselves belong to their front ends. */
     while (k->jobs) sjob_release(k, k->jobs);
@@ -686,6 +801,7 @@ void core_destroy(core **pk) {
     residency_free_all(k);
     swap_dir_destroy(&k->swap);
     threadpool_destroy(&k->pool);
+    threadpool_destroy(&k->loader_pool);
     for (app_count *a = k->apps, *next; a; a = next) {
         next = a->next;
         free(a);

@@ -4,11 +4,18 @@
  *
  *   sched.c      the core's interface (core.h), the thread's loop, admission, the pick rule
  *   batch.c      one step: a batch of one model's jobs through one forward pass
- *   prepare.c    a Generate's parameters, sanitizers, prompt tokens and constraint
- *   residency.c  models: loading, swapping out and in, unloading, the memory budget's holders
- *   session.c    conversations kept between requests, their KV caches on disk and back
+ *   prepare.c    a Generate's parameters, sanitizers, prompt tokens and constraint (preparer)
+ *   residency.c  models: loading (loader), swapping out and in, unloading, the budget's holders
+ *   session.c    conversations kept between requests, their KV caches on disk and back (io)
  *   status.c     answers that describe the daemon: Status, ListModels (plain structs)
  *   config_gen.c configurations and their sanitizer profiles, kept while jobs use them
+ *
+ * Slow work runs on three actors (actor.h), each a thread of its own, so that the compute thread
+ * never waits on I/O: the loader (model loads, LoRA merges, swap-ins of weights), io (session
+ * images written and read, the config file read on SIGHUP) and the preparer (sanitizers,
+ * tokenizing, constraints). A task's `run` works on what the compute thread handed over and
+ * leaves alone until the task comes back; its `finish` runs on the compute thread, between
+ * steps, and takes the results in.
  */
 #ifndef CORRAL_DAEMON_SCHED_IMPL_H
 #define CORRAL_DAEMON_SCHED_IMPL_H
@@ -17,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "actor.h"
 #include "budget.h"
 #include "config.h"
 #include "core.h"
@@ -37,6 +45,18 @@
 #define SCHED_MEMORY_RETRY_US     50000
 /* Realtime requests always start; this many may run beside a model's active_per_model others. */
 #define SCHED_MAX_REALTIME_EXTRA  8
+
+struct core;
+
+/* A task of the core's actors: run on an actor, finished on the compute thread. */
+typedef struct core_task {
+    actor_task base;
+    void (*finish)(struct core *k, struct core_task *t); /* takes the results in; frees t */
+    struct core_task *done_next;                         /* the core's inbox of finished tasks */
+} core_task;
+
+/* Post t to actor a, to come back to the compute thread's inbox when done. */
+void sched_post(struct core *k, actor *a, core_task *t);
 
 /* ---- configurations ---------------------------------------------------------------------------
  */
@@ -69,6 +89,12 @@ typedef struct sched_model {
     bool removed;         /* dropped from the config: no new requests; unloaded when idle */
     bool reload_pending;  /* its entry changed: unload when idle, next load uses the new one */
     core_model_state state;
+    struct load_task *loading; /* the load in flight (state LOADING) */
+    uint64_t reserved;         /* bytes reserved for that load until it is done, */
+    uint64_t reserved_base;    /* beyond what the model held when it began */
+    bool unload_requested;     /* Unload asked: the model goes as soon as it is idle */
+    bool stale;                /* what it kept (swapped out) cannot serve: dropped before a load */
+    bool was_swapped;          /* evicted, not unloaded: its next load counts as a swap-in */
     model *m;
     model_runner *runner;
     uint32_t context; /* KV positions per sequence */
@@ -104,6 +130,7 @@ typedef struct sched_session {
     sched_model *model;
     kv_cache *kv;    /* NULL while swapped out or not yet made */
     bool swapped;    /* the cache is an image in the swap directory */
+    bool io;         /* its cache is being written or read (io actor): hands off */
     int32_t *tokens; /* the ids whose keys and values are in kv, in order */
     uint32_t n_tokens, cap_tokens;
     struct sjob *busy; /* the job using it, or NULL */
@@ -117,20 +144,26 @@ typedef struct sched_session {
 
 /* Where a job is on its way. */
 typedef enum sjob_phase {
-    SJOB_WAIT_MODEL = 0, /* admitted; its model is not resident yet */
-    SJOB_READY = 1,      /* prepared; waiting for an active slot and memory for its cache */
-    SJOB_ACTIVE = 2,     /* holds its cache and generator: stepped in batches */
+    SJOB_WAIT_MODEL = 0, /* admitted; its model is not resident yet (or is loading) */
+    SJOB_PREPARING = 1,  /* on the preparer: sanitizers, prompt ids, constraint */
+    SJOB_READY = 2,      /* prepared; waiting for an active slot and memory for its cache */
+    SJOB_SESSION_IN = 3, /* its session's cache is being read back (io actor) */
+    SJOB_ACTIVE = 4,     /* holds its cache and generator: stepped in batches */
 } sjob_phase;
 
 /* The core's state for one job (job->core). Allocated at admission, freed when it ends. */
 typedef struct sjob {
     job *j;
-    cfg_gen *gen; /* the configuration it was admitted under (a reference) */
+    cfg_gen *gen;           /* the configuration it was admitted under (a reference) */
+    const cfg_model *entry; /* its model's entry in that configuration */
     sched_model *model;
     sched_session *session;
     cfg_priority priority;
     sjob_phase phase;
-    bool counted; /* in the model's and app's queue totals */
+    bool counted;         /* in the model's and app's queue totals */
+    bool waited_for_load; /* its model was loaded for it (its Done counts the load) */
+    core_task *task;      /* a task in flight for it (PREPARING, SESSION_IN): it waits for it */
+    core_reply *answer;   /* a Tokenize's reply, made by the preparer */
     /* Prepared (prepare.c). */
     gen_params params;
     uint32_t max_tokens;
@@ -170,8 +203,14 @@ struct core {
     pthread_cond_t cv;
     /* Protected by mu. */
     job *inbox_head, *inbox_tail;
-    char *reload_path;
+    core_task *done_head, *done_tail; /* tasks the actors handed back */
+    char *reload_path;                /* SIGHUP: the file to read */
     bool shutdown, quit, idle, poked;
+    actor *loader;            /* loads, merges, swap-ins of weights */
+    actor *io;                /* session images, config reloads */
+    actor *preparer;          /* sanitizers, tokenizing, constraints */
+    threadpool *loader_pool;  /* the loader's threads for merges */
+    uint32_t tasks_in_flight; /* compute thread: posted, not finished */
     /* Compute thread only. */
     threadpool *pool; /* compute threads shared by every model (one batch at a time) */
     swap_dir *swap;   /* where session caches go when memory is needed */
@@ -199,27 +238,39 @@ int64_t sched__unix_ms(void);
 /* residency.c */
 sched_model *residency_find(struct core *k, const char *name);
 void residency_sync(struct core *k, const cfg *c);
-/* Make sm resident: CORRAL_OK when it is (load_us gets what the load took, if one ran); an error
- * for the jobs waiting for it (CORRAL_RESOURCE_EXHAUSTED: no room now — the caller may wait,
- * unless *never says that no eviction can ever make room). */
-corral_status residency_ensure_loaded(struct core *k, sched_model *sm, int64_t *load_us,
-                                      bool *never, corral_error *err);
-/* Release a resident model: SWAPPED (to make room; comes back by mmap) or UNLOADED (everything
- * freed). Its sessions' caches go to disk first. No request may use it. */
-void residency_release(struct core *k, sched_model *sm, core_model_state to);
-/* Free everything a model holds (runner, vocabulary, model, arena). */
+/* What residency_want found. */
+typedef enum residency_state {
+    RESIDENCY_READY = 0,   /* resident */
+    RESIDENCY_PENDING = 1, /* a load is in flight, or room is being made for one: wait */
+    RESIDENCY_NO_ROOM = 2, /* memory is held by requests in use: wait and try again (err says by
+                              whom) */
+    RESIDENCY_FAILED = 3,  /* err says why (more than memory.limit, a bad entry...) */
+} residency_state;
+/* Ask for sm to become resident; starts its load (on the loader) when it is not. */
+residency_state residency_want(struct core *k, sched_model *sm, corral_error *err);
+/* Load sm on the calling thread (preloads at start). */
+corral_status residency_load_now(struct core *k, sched_model *sm, corral_error *err);
+/* Cancel sm's load in flight when no job waits for it any more. */
+void residency_forget_load(struct core *k, sched_model *sm);
+/* Release a resident model's weights to make room (SWAPPED: they come back by mmap). */
+void residency_swap_out(struct core *k, sched_model *sm);
+/* Free everything a model holds (runner, vocabulary, model, arena); its sessions' caches must
+ * be out of memory. */
 void residency_drop(sched_model *sm);
 bool residency_kept(const sched_model *sm);
 bool residency_busy(const struct core *k, const sched_model *sm);
 uint64_t residency_model_bytes(const sched_model *sm);
 uint64_t residency_total_bytes(const struct core *k);
-/* Make `need` more bytes fit (budget.c); `protect` is never evicted. CORRAL_OK, or
- * CORRAL_RESOURCE_EXHAUSTED with err naming the holders (*never set when no eviction can ever
- * help). */
-corral_status residency_make_room(struct core *k, uint64_t need, const sched_model *protect,
-                                  bool *never, corral_error *err);
-/* Housekeeping between steps: keep-alives, removed and changed models. */
+/* Make `need` more bytes fit (budget.c); `protect` is never evicted. Evictions that write (session
+ * caches) are started on the io actor. Returns the budget's verdict; err names the holders for
+ * BUDGET_FULL and the limit for BUDGET_NEVER. */
+budget_verdict residency_make_room(struct core *k, uint64_t need, const sched_model *protect,
+                                   corral_error *err);
+/* Housekeeping between steps: keep-alives, removed, changed and unloaded models. */
 void residency_tick(struct core *k);
+/* Unload sm (Unload request): CORRAL_FAILED_PRECONDITION while requests use it. The weights go
+ * at once; the rest once its sessions' caches are written out. */
+corral_status residency_unload(struct core *k, sched_model *sm);
 /* A KV cache of n_ctx positions charged to the model, and its release. */
 uint64_t residency_kv_bytes(const sched_model *sm, uint32_t n_ctx);
 kv_cache *residency_kv_new(sched_model *sm, uint32_t n_ctx, corral_error *err);
@@ -229,25 +280,35 @@ void residency_free_all(struct core *k);
 /* session.c */
 corral_status session_attach(struct core *k, sjob *sj, corral_error *err);
 void session_detach(struct core *k, sjob *sj);
-void session_swap_out(struct core *k, sched_session *ss);
-void session_swap_in(struct core *k, sched_session *ss);
+/* Write an idle session's cache out (io actor) and free it when written. */
+void session_start_swap_out(struct core *k, sched_session *ss);
+/* Read a swapped session's cache back into ss->kv (io actor); sj waits (SESSION_IN) and
+ * batch_finish_start is called when it is in. */
+void session_start_swap_in(struct core *k, sched_session *ss, sjob *sj);
+/* Write a session's cache out on the calling thread (shutdown). */
+void session_swap_out_now(struct core *k, sched_session *ss);
 void session_free(struct core *k, sched_session *ss);
 void session_expire(struct core *k);
 size_t session_count(const struct core *k);
+/* Whether any of sm's sessions has its cache in memory or in flight. */
+bool session_any_in_memory(const struct core *k, const sched_model *sm);
 swap_session_key session_key(const sched_session *ss);
 void session_save_all(struct core *k);
 
 /* prepare.c */
-/* Everything a Generate needs before its first step that depends only on the request and the
- * (resident) model: parameters, sanitizers, prompt ids, constraint. */
-corral_status prepare_generate(struct core *k, sjob *sj, corral_error *err);
-/* The reply to a Tokenize of a resident model. */
-corral_status prepare_tokenize(struct core *k, sjob *sj, core_reply **out, corral_error *err);
+/* Prepare sj on the preparer (SJOB_PREPARING): a Generate's parameters, sanitizers, prompt ids
+ * and constraint, or a Tokenize's reply. When it comes back the job is READY, answered or
+ * failed. */
+void prepare_start(struct core *k, sjob *sj);
 
 /* batch.c */
-/* Start a READY job: its cache (or its session's), its generator. CORRAL_OK, an error for the
- * client, or with *wait set CORRAL_RESOURCE_EXHAUSTED when memory cannot be found now. */
+/* Start a READY job: its cache (or its session's), its generator. CORRAL_OK (ACTIVE, or
+ * SESSION_IN while its session's cache is read back), an error for the client, or with *wait set
+ * CORRAL_RESOURCE_EXHAUSTED when memory cannot be found now. */
 corral_status batch_start(struct core *k, sjob *sj, bool *wait, corral_error *err);
+/* The rest of a start once the job's cache holds its session's positions: prefix reuse, the
+ * generator. Ends the job with an error when it fails. */
+void batch_finish_start(struct core *k, sjob *sj);
 /* One step of sm's active jobs. */
 void batch_step(struct core *k, sched_model *sm);
 /* Size sm's batch arrays for the current configuration. */
@@ -259,8 +320,15 @@ void batch_free(sched_model *sm);
 void sched_finish_error(struct core *k, sjob *sj, corral_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void sched_finish_done(struct core *k, sjob *sj, core_stop stop);
+void sched_finish_reply(struct core *k, sjob *sj, core_reply *reply);
 /* The app counter of `app` (created when missing; NULL when out of memory). */
 app_count *sched_app_counter(struct core *k, const char *app);
+
+/* Drop a job's or task's reference to a configuration generation. */
+void sched_config_unref(struct core *k, cfg_gen *g);
+
+/* The jobs waiting for sm's load fail with err (a load that failed). */
+void sched_fail_waiting(struct core *k, sched_model *sm, const corral_error *err);
 
 /* status.c */
 void status_answer(struct core *k, job *j);

@@ -10,6 +10,7 @@
  * than limits.max_sessions exist (least recently used first), and written out at shutdown so that
  * they survive a restart.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,103 @@ swap_session_key session_key(const sched_session *ss) {
                               .kv_f32 = ss->model->cfg->kv_f32};
 }
 
-void session_swap_out(struct core *k, sched_session *ss) {
+/* ---- writing and reading caches (on the io actor) ---------------------------------------- */
+
+/* One session image written or read. The compute thread leaves the session's cache and tokens
+ * alone while `io` is set. */
+typedef struct session_io_task {
+    core_task t;
+    sched_session *ss;
+    sjob *sj; /* a read: the job waiting for it */
+    swap_dir *swap;
+    /* The key's strings, copied: the model's entry may change while the task runs. */
+    char app[64], session[128], model_name[128], model_path[4096];
+    uint32_t context;
+    int kv_f32;
+    kv_cache *kv;
+    int32_t *tokens; /* a write: the session's (borrowed); a read: the image's (the result) */
+    uint32_t n;
+    corral_status status;
+    corral_error err;
+} session_io_task;
+
+static swap_session_key task_key(const session_io_task *t) {
+    return (swap_session_key){.app = t->app,
+                              .session = t->session,
+                              .model_name = t->model_name,
+                              .model_path = t->model_path,
+                              .context = t->context,
+                              .kv_f32 = t->kv_f32};
+}
+
+static session_io_task *io_task_new(struct core *k, sched_session *ss) {
+    session_io_task *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->ss = ss;
+    t->swap = k->swap;
+    const swap_session_key key = session_key(ss);
+    snprintf(t->app, sizeof t->app, "%s", key.app);
+    snprintf(t->session, sizeof t->session, "%s", key.session);
+    snprintf(t->model_name, sizeof t->model_name, "%s", key.model_name);
+    snprintf(t->model_path, sizeof t->model_path, "%s", key.model_path);
+    t->context = key.context;
+    t->kv_f32 = key.kv_f32;
+    t->kv = ss->kv;
+    return t;
+}
+
+static void write_run(actor_task *base) {
+    session_io_task *t = (session_io_task *)base;
+    const swap_session_key key = task_key(t);
+    t->status = swap_session_write(t->swap, &key, t->kv, t->tokens, t->n, &t->err);
+}
+
+/* The write is done (or failed): the cache's memory goes either way. */
+static void write_finish(struct core *k, core_task *ct) {
+    (void)k;
+    session_io_task *t = (session_io_task *)ct;
+    sched_session *ss = t->ss;
+    ss->io = false;
+    if (!t->t.base.ran) corral_error_set(&t->err, CORRAL_CANCELLED, "shutting down");
+    ss->swapped = t->t.base.ran && t->status == CORRAL_OK;
+    if (!ss->swapped) {
+        log_warn("session state dropped: it could not be swapped out", LOG_STR("session", ss->id),
+                 LOG_STR("error", t->err.message));
+        /* The client resends the conversation's text each turn: only recomputation is lost. */
+        ss->n_tokens = 0;
+    }
+    log_debug("session swapped out", LOG_STR("session", ss->id), LOG_UINT("positions", t->n),
+              LOG_INT("on_disk", ss->swapped));
+    residency_kv_free(ss->model, &ss->kv);
+    free(t);
+}
+
+void session_start_swap_out(struct core *k, sched_session *ss) {
+    if (!ss->kv || ss->io || ss->busy) return;
+    const uint32_t n = kv_cache_n_pos(ss->kv);
+    if (n == 0 || !swap_dir_writable(k->swap)) {
+        if (n > 0)
+            log_warn("session state dropped: the swap directory is not writable",
+                     LOG_STR("session", ss->id), LOG_STR("dir", swap_dir_path(k->swap)));
+        ss->swapped = false;
+        ss->n_tokens = 0;
+        residency_kv_free(ss->model, &ss->kv);
+        return;
+    }
+    session_io_task *t = io_task_new(k, ss);
+    if (!t) {
+        session_swap_out_now(k, ss);
+        return;
+    }
+    actor_task_init(&t->t.base, write_run, 0);
+    t->t.finish = write_finish;
+    t->tokens = ss->tokens;
+    t->n = n;
+    ss->io = true;
+    sched_post(k, k->io, &t->t);
+}
+
+void session_swap_out_now(struct core *k, sched_session *ss) {
     if (!ss->kv) return;
     const uint32_t n = kv_cache_n_pos(ss->kv);
     ss->swapped = false;
@@ -41,33 +138,66 @@ void session_swap_out(struct core *k, sched_session *ss) {
         else
             ss->swapped = true;
     }
-    /* The client resends the conversation's text each turn: without an image only recomputation
-     * is lost. */
     if (!ss->swapped) ss->n_tokens = 0;
-    log_debug("session swapped out", LOG_STR("session", ss->id), LOG_UINT("positions", n),
-              LOG_INT("on_disk", ss->swapped));
     residency_kv_free(ss->model, &ss->kv);
 }
 
-void session_swap_in(struct core *k, sched_session *ss) {
-    const swap_session_key key = session_key(ss);
-    int32_t *tokens = NULL;
-    uint32_t n = 0;
-    corral_error err;
+static void read_run(actor_task *base) {
+    session_io_task *t = (session_io_task *)base;
+    const swap_session_key key = task_key(t);
+    /* The tokens outlive the model's arena (session bookkeeping): the default arena. */
     const unsigned scope = mem_scope_default();
-    corral_status st = swap_session_read(k->swap, &key, ss->kv, &tokens, &n, &err);
+    t->status = swap_session_read(t->swap, &key, t->kv, &t->tokens, &t->n, &t->err);
     mem_scope_leave(scope);
+}
+
+/* The image is in (or was bad: the conversation is recomputed from its text, the request still
+ * succeeds); the waiting job goes on. */
+static void read_finish(struct core *k, core_task *ct) {
+    session_io_task *t = (session_io_task *)ct;
+    sched_session *ss = t->ss;
+    ss->io = false;
     ss->swapped = false;
-    if (st != CORRAL_OK) {
+    if (!t->t.base.ran) corral_error_set(&t->err, CORRAL_CANCELLED, "shutting down");
+    if (!t->t.base.ran || t->status != CORRAL_OK) {
         log_warn("session image discarded; the conversation is recomputed",
-                 LOG_STR("session", ss->id), LOG_STR("error", err.message));
+                 LOG_STR("session", ss->id), LOG_STR("error", t->err.message));
         ss->n_tokens = 0;
+        free(t->tokens);
+    } else {
+        free(ss->tokens);
+        ss->tokens = t->tokens;
+        ss->cap_tokens = ss->n_tokens = t->n;
+        log_debug("session swapped in", LOG_STR("session", ss->id), LOG_UINT("positions", t->n));
+    }
+    sjob *sj = t->sj;
+    free(t);
+    sj->task = NULL;
+    batch_finish_start(k, sj);
+}
+
+void session_start_swap_in(struct core *k, sched_session *ss, sjob *sj) {
+    session_io_task *t = io_task_new(k, ss);
+    if (!t) {
+        /* Recompute instead. */
+        ss->swapped = false;
+        ss->n_tokens = 0;
+        batch_finish_start(k, sj);
         return;
     }
-    free(ss->tokens);
-    ss->tokens = tokens;
-    ss->cap_tokens = ss->n_tokens = n;
-    log_debug("session swapped in", LOG_STR("session", ss->id), LOG_UINT("positions", n));
+    actor_task_init(&t->t.base, read_run, sj->priority);
+    t->t.finish = read_finish;
+    t->sj = sj;
+    ss->io = true;
+    sj->phase = SJOB_SESSION_IN;
+    sj->task = &t->t;
+    sched_post(k, k->io, &t->t);
+}
+
+bool session_any_in_memory(const struct core *k, const sched_model *sm) {
+    for (const sched_session *ss = k->sessions; ss; ss = ss->next)
+        if (ss->model == sm && (ss->kv || ss->io)) return true;
+    return false;
 }
 
 void session_free(struct core *k, sched_session *ss) {
@@ -99,7 +229,7 @@ void session_expire(struct core *k) {
     const cfg *c = core_cfg(k);
     for (sched_session *ss = k->sessions, *next; ss; ss = next) {
         next = ss->next;
-        if (!ss->busy && now - ss->last_used_us > c->session_ttl_ms * 1000LL) {
+        if (!ss->busy && !ss->io && now - ss->last_used_us > c->session_ttl_ms * 1000LL) {
             log_debug("session expired", LOG_STR("session", ss->id), LOG_STR("app", ss->app));
             session_free(k, ss);
         }
@@ -107,7 +237,8 @@ void session_expire(struct core *k) {
     while (session_count(k) > (size_t)c->max_sessions) {
         sched_session *oldest = NULL;
         for (sched_session *ss = k->sessions; ss; ss = ss->next)
-            if (!ss->busy && (!oldest || ss->last_used_us < oldest->last_used_us)) oldest = ss;
+            if (!ss->busy && !ss->io && (!oldest || ss->last_used_us < oldest->last_used_us))
+                oldest = ss;
         if (!oldest) break;
         session_free(k, oldest);
     }
@@ -201,7 +332,7 @@ void session_save_all(struct core *k) {
         sched_session *ss = k->sessions;
         k->sessions = ss->next;
         if (ss->model) {
-            session_swap_out(k, ss);
+            session_swap_out_now(k, ss);
             ss->model->n_sessions--;
         }
         free(ss->tokens);
