@@ -1,5 +1,5 @@
 /*
- * test_status.c — Check suite for the status table (engine/include/corral/status.h): names,
+ * test_status.c — Check suite for the status table (base/include/corral/status.h): names,
  * descriptions and the wire enum in proto/corral.proto must agree row for row.
  */
 #include <check.h>
