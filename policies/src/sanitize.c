@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "corral/policy.h"
+#include "corral/utf8.h"
 #include "regex.h"
-#include "utf8.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -139,13 +139,11 @@ static int utf8_sanitize(void *instance, const corral_policy_host *host, const c
     (void)host;
     const utf8_cfg *c = instance;
     const uint8_t *s = (const uint8_t *)text;
+    /* Ill-formed sequences are counted by maximal subpart: each is what one U+FFFD replaces. */
     uint32_t bad = 0;
     size_t first = 0;
-    uint32_t cp;
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        if (k < 0 && bad++ == 0) first = i;
-        i += (size_t)(k < 0 ? -k : k);
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, NULL, &k) != UTF8_OK && bad++ == 0) first = i;
     }
     out->count = bad;
     if (bad == 0) return CORRAL_POLICY_KEEP;
@@ -156,17 +154,12 @@ static int utf8_sanitize(void *instance, const corral_policy_host *host, const c
     }
     static const char fffd[] = "\xEF\xBF\xBD";
     size_t run = 0; /* start of the valid stretch not yet written */
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        if (k > 0) {
-            i += (size_t)k;
-            continue;
-        }
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, NULL, &k) == UTF8_OK) continue;
         int rc = out->write(out, text + run, i - run);
         if (rc == 0) rc = out->write(out, fffd, 3);
         if (rc) return rc;
-        i += (size_t)-k;
-        run = i;
+        run = i + k;
     }
     const int rc = out->write(out, text + run, len - run);
     if (rc) return rc;
@@ -229,24 +222,19 @@ static int invisible_sanitize(void *instance, const corral_policy_host *host, co
     (void)host;
     const uint8_t *s = (const uint8_t *)text;
     uint32_t kinds[4] = {0}, cp;
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        if (k > 0) kinds[invisible_kind(cp)]++;
-        i += (size_t)(k < 0 ? -k : k);
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, &cp, &k) == UTF8_OK) kinds[invisible_kind(cp)]++;
     }
     const uint32_t removed = kinds[1] + kinds[2] + kinds[3];
     out->count = removed;
     if (removed == 0) return CORRAL_POLICY_KEEP;
     size_t run = 0;
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        const size_t step = (size_t)(k < 0 ? -k : k);
-        if (k > 0 && invisible_kind(cp) != INVISIBLE_NO) {
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, &cp, &k) == UTF8_OK && invisible_kind(cp) != INVISIBLE_NO) {
             const int rc = out->write(out, text + run, i - run);
             if (rc) return rc;
-            run = i + step;
+            run = i + k;
         }
-        i += step;
     }
     const int rc = out->write(out, text + run, len - run);
     if (rc) return rc;
@@ -534,11 +522,10 @@ static int space_sanitize(void *instance, const corral_policy_host *host, const 
     uint64_t newlines = 0;
     for (size_t i = 0; i <= len;) {
         uint32_t cp = 0;
-        int k = 1;
-        if (i < len) k = utf8_decode(s + i, len - i, &cp);
-        const size_t step = (size_t)(k < 0 ? -k : k);
-        const bool end = i == len, newline = !end && k > 0 && (cp == '\r' || cp == '\n');
-        if (!end && k > 0 && is_hspace(cp)) {
+        size_t step = 1;
+        const bool end = i == len, ok = !end && utf8_decode(s + i, len - i, &cp, &step) == UTF8_OK;
+        const bool newline = ok && (cp == '\r' || cp == '\n');
+        if (ok && is_hspace(cp)) {
             if (run_to != i) run_from = i;
             run_to = i + step;
             i += step;
