@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "corral/tensor.h"
+#include "corral/utf8.h"
 
 #define GGUF_VERSION_WRITTEN       3
 /* Arrays of arrays are legal; nesting deeper than this is rejected (no real file nests at all,
@@ -1065,11 +1066,7 @@ __attribute__((format(printf, 2, 3))) static void out_printf(text_out *o, const 
 /* A string in double quotes with C escapes, cut (at a UTF-8 character boundary) after
  * GGUF_FORMAT_STRING_MAX bytes. */
 static void out_quoted(text_out *o, const uint8_t *s, uint64_t len) {
-    uint64_t n = len;
-    if (n > GGUF_FORMAT_STRING_MAX) {
-        n = GGUF_FORMAT_STRING_MAX;
-        while (n > 0 && (s[n] & 0xc0) == 0x80) n--; /* do not split a character */
-    }
+    const uint64_t n = utf8_cut(s, (size_t)len, GGUF_FORMAT_STRING_MAX); /* the string is mapped */
     out_printf(o, "\"");
     for (uint64_t i = 0; i < n; i++) {
         uint8_t ch = s[i];

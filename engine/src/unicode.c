@@ -1,16 +1,16 @@
 /*
- * unicode.c — code point classes and UTF-8 coding for the tokenizer (see unicode.h).
+ * unicode.c — code point classes for the tokenizer (see unicode.h).
  *
  * The class of a code point is derived from its General_Category, looked up by binary search in
- * the generated run table, and from the White_Space ranges. Decoding deliberately follows
- * llama.cpp's lenient decoder rather than strict UTF-8, because the reference token ids depend on
- * it: overlong forms and surrogates decode to their value, and every byte that does not start a
- * well-formed shape becomes one U+FFFD.
+ * the generated run table, and from the White_Space ranges. UTF-8 is the base codec's
+ * (corral/utf8.h); the tokenizer's llama.cpp-compatible reading of it is in tokenizer_impl.h.
  */
 #include "unicode.h"
 
+#include "corral/utf8.h"
+
 unicode_gc unicode_cpt_category(uint32_t cpt) {
-    if (cpt > UNICODE_MAX_CODEPOINT) {
+    if (cpt > UTF8_MAX_CODEPOINT) {
         return UNICODE_GC_CN;
     }
     /* Last run whose start is <= cpt; runs[0].start is 0, so one always exists. */
@@ -66,80 +66,4 @@ uint32_t unicode_cpt_flags(uint32_t cpt) {
         flags |= UNICODE_FLAG_WHITESPACE;
     }
     return flags;
-}
-
-size_t unicode_utf8_lead_len(uint8_t lead) {
-    static const uint8_t len_by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return len_by_high_nibble[lead >> 4];
-}
-
-static int is_continuation(uint8_t b) {
-    return (b & 0xC0) == 0x80;
-}
-
-size_t unicode_utf8_decode(const uint8_t *s, size_t n, uint32_t *cpt) {
-    uint8_t b0 = s[0];
-    if (b0 < 0x80) {
-        *cpt = b0;
-        return 1;
-    }
-    size_t need;
-    uint32_t value;
-    if ((b0 & 0xE0) == 0xC0) {
-        need = 2;
-        value = b0 & 0x1Fu;
-    } else if ((b0 & 0xF0) == 0xE0) {
-        need = 3;
-        value = b0 & 0x0Fu;
-    } else if ((b0 & 0xF8) == 0xF0) {
-        need = 4;
-        value = b0 & 0x07u;
-    } else { /* a continuation byte or 0xF8-0xFF */
-        *cpt = UNICODE_REPLACEMENT;
-        return 1;
-    }
-    if (need > n) {
-        *cpt = UNICODE_REPLACEMENT;
-        return 1;
-    }
-    for (size_t i = 1; i < need; i++) {
-        if (!is_continuation(s[i])) {
-            *cpt = UNICODE_REPLACEMENT;
-            return 1;
-        }
-        value = (value << 6) | (s[i] & 0x3Fu);
-    }
-    if (value > UNICODE_MAX_CODEPOINT) {
-        /* llama.cpp decodes this and then fails to re-encode it; one U+FFFD per byte is saner */
-        *cpt = UNICODE_REPLACEMENT;
-        return 1;
-    }
-    *cpt = value;
-    return need;
-}
-
-size_t unicode_utf8_encode(uint32_t cpt, uint8_t out[4]) {
-    if (cpt < 0x80) {
-        out[0] = (uint8_t)cpt;
-        return 1;
-    }
-    if (cpt < 0x800) {
-        out[0] = (uint8_t)(0xC0 | (cpt >> 6));
-        out[1] = (uint8_t)(0x80 | (cpt & 0x3F));
-        return 2;
-    }
-    if (cpt > UNICODE_MAX_CODEPOINT) {
-        cpt = UNICODE_REPLACEMENT;
-    }
-    if (cpt < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | (cpt >> 12));
-        out[1] = (uint8_t)(0x80 | ((cpt >> 6) & 0x3F));
-        out[2] = (uint8_t)(0x80 | (cpt & 0x3F));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | (cpt >> 18));
-    out[1] = (uint8_t)(0x80 | ((cpt >> 12) & 0x3F));
-    out[2] = (uint8_t)(0x80 | ((cpt >> 6) & 0x3F));
-    out[3] = (uint8_t)(0x80 | (cpt & 0x3F));
-    return 4;
 }
