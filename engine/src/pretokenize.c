@@ -34,7 +34,7 @@
 
 #include <string.h>
 
-#include "unicode.h"
+#include "corral/unicode.h"
 
 /* ---- names ----------------------------------------------------------------------------------- */
 

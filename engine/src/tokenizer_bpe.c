@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/unicode.h"
 #include "tokenizer_impl.h"
-#include "unicode.h"
 
 typedef struct bpe_symbol {
     int32_t prev, next;

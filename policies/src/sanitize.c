@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "corral/policy.h"
+#include "corral/unicode.h"
 #include "corral/utf8.h"
 #include "regex.h"
 
@@ -170,39 +171,19 @@ static int utf8_sanitize(void *instance, const corral_policy_host *host, const c
 /* ---- invisible ---------------------------------------------------------------------------------
  */
 
-/* General_Category Cf, Unicode 15.0 (UnicodeData.txt). */
-static const struct {
-    uint32_t lo, hi;
-} format_chars[] = {
-    {0x00AD, 0x00AD},   {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},
-    {0x070F, 0x070F},   {0x0890, 0x0891},   {0x08E2, 0x08E2},   {0x180E, 0x180E},
-    {0x200B, 0x200F},   {0x202A, 0x202E},   {0x2060, 0x2064},   {0x2066, 0x206F},
-    {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD},
-    {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
-    {0xE0020, 0xE007F},
-};
-
 enum { INVISIBLE_NO = 0, INVISIBLE_CONTROL = 1, INVISIBLE_FORMAT = 2, INVISIBLE_PRIVATE = 3 };
 
+/* What `invisible` removes, by General_Category from the Unicode table (corral/unicode.h). */
+static const uint8_t invisible_by_category[UNICODE_GC_COUNT] = {
+    [UNICODE_GC_CC] = INVISIBLE_CONTROL, /* but tab, newline and carriage return, below */
+    [UNICODE_GC_CF] = INVISIBLE_FORMAT,  /* soft hyphen, zero-width and bidirectional controls */
+    [UNICODE_GC_CO] = INVISIBLE_PRIVATE,
+};
+
 static int invisible_kind(uint32_t cp) {
-    if ((cp < 0x20 && cp != '\n' && cp != '\t' && cp != '\r') || (cp >= 0x7F && cp <= 0x9F))
-        return INVISIBLE_CONTROL;
-    if ((cp >= 0xE000 && cp <= 0xF8FF) || (cp >= 0xF0000 && cp <= 0xFFFFD) ||
-        (cp >= 0x100000 && cp <= 0x10FFFD))
-        return INVISIBLE_PRIVATE;
-    if (cp < 0xAD) return INVISIBLE_NO;
-    size_t lo = 0, hi = N_OF(format_chars);
-    while (lo < hi) {
-        const size_t mid = (lo + hi) / 2;
-        if (cp > format_chars[mid].hi) {
-            lo = mid + 1;
-        } else if (cp < format_chars[mid].lo) {
-            hi = mid;
-        } else {
-            return INVISIBLE_FORMAT;
-        }
-    }
-    return INVISIBLE_NO;
+    if (cp >= 0x20 && cp < 0x7F) return INVISIBLE_NO; /* printable ASCII, most of any text */
+    if (cp == '\n' || cp == '\t' || cp == '\r') return INVISIBLE_NO;
+    return invisible_by_category[unicode_cpt_category(cp)];
 }
 
 int sanitize_is_invisible(uint32_t cp) {
@@ -503,10 +484,11 @@ static int space_init(const corral_policy_kv *kv, size_t n, void **instance, cha
     return 0;
 }
 
-/* Horizontal white space: ECMAScript's white space without the line terminators and BOM. */
+/* Horizontal white space: ECMAScript's white space without the line terminators and BOM, that is
+ * tab, vertical tab, form feed and the space separators (Zs, from the Unicode table). */
 static bool is_hspace(uint32_t cp) {
-    return cp == ' ' || cp == '\t' || cp == '\v' || cp == '\f' || cp == 0xA0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    if (cp < 0x80) return cp == ' ' || cp == '\t' || cp == '\v' || cp == '\f';
+    return unicode_cpt_category(cp) == UNICODE_GC_ZS;
 }
 
 static int space_sanitize(void *instance, const corral_policy_host *host, const char *text,

@@ -26,7 +26,7 @@
  * check them end to end. */
 #include "../../engine/src/pretokenize.h"
 #include "../../engine/src/tokenizer_impl.h"
-#include "../../engine/src/unicode.h"
+#include "corral/unicode.h"
 #include "corral/utf8.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */

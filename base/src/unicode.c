@@ -1,11 +1,12 @@
 /*
- * unicode.c — code point classes for the tokenizer (see unicode.h).
+ * unicode.c — General_Category, White_Space and the tokenizer's classes of a code point (see
+ * corral/unicode.h).
  *
  * The class of a code point is derived from its General_Category, looked up by binary search in
- * the generated run table, and from the White_Space ranges. UTF-8 is the base codec's
- * (corral/utf8.h); the tokenizer's llama.cpp-compatible reading of it is in tokenizer_impl.h.
+ * the generated run table, and from the White_Space ranges. UTF-8 is the codec's (utf8.h); the
+ * tokenizer's llama.cpp-compatible reading of it is in engine/src/tokenizer_impl.h.
  */
-#include "unicode.h"
+#include "corral/unicode.h"
 
 #include "corral/utf8.h"
 

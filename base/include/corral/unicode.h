@@ -1,10 +1,12 @@
 /*
- * unicode.h — the little Unicode the tokenizer needs: the class of a code point (letter, number,
- * punctuation, ..., white space) as llama.cpp's pre-tokenizers see it. Internal to the engine.
+ * unicode.h — corral's one Unicode table: the General_Category and White_Space of every code
+ * point, and the classes llama.cpp's pre-tokenizers see (letter, number, punctuation, ..., white
+ * space). The tokenizer splits text by these classes; the invisible sanitizer removes the
+ * control, format and private-use characters (Cc, Cf, Co) they name.
  *
- * Classes come from two tables generated from the Unicode Character Database by
- * scripts/gen-unicode-tables (unicode_tables.c, committed): the General_Category of every code
- * point as runs, and the White_Space property. Lookups are binary searches over ~4000 runs.
+ * Both come from two tables generated from the Unicode Character Database by
+ * scripts/gen-unicode-tables (base/src/unicode_tables.c, committed): the General_Category of every
+ * code point as runs, and the White_Space property. Lookups are binary searches over ~4000 runs.
  * Everything here is pure and thread-safe.
  */
 #ifndef CORRAL_UNICODE_H
