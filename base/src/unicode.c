@@ -27,19 +27,23 @@ unicode_gc unicode_cpt_category(uint32_t cpt) {
     return (unicode_gc)unicode_gc_runs[lo].gc;
 }
 
-int unicode_cpt_is_whitespace(uint32_t cpt) {
-    size_t lo = 0, hi = unicode_white_space_count;
+int unicode_in_ranges(const unicode_range *r, size_t n, uint32_t cpt) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cpt < unicode_white_space[mid].first) {
+        if (cpt < r[mid].first) {
             hi = mid;
-        } else if (cpt > unicode_white_space[mid].last) {
+        } else if (cpt > r[mid].last) {
             lo = mid + 1;
         } else {
             return 1;
         }
     }
     return 0;
+}
+
+int unicode_cpt_is_whitespace(uint32_t cpt) {
+    return unicode_in_ranges(unicode_white_space, unicode_white_space_count, cpt);
 }
 
 /* Major-category flag of each General_Category, grouped the way llama.cpp groups them. */

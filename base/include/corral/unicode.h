@@ -92,4 +92,8 @@ extern const unicode_gc_run unicode_gc_runs[]; /* sorted by start; runs[0].start
 extern const size_t unicode_white_space_count;
 extern const unicode_range unicode_white_space[]; /* sorted, disjoint */
 
+/* 1 if cpt lies in one of the n sorted, disjoint ranges r[0..n): a binary search. For the
+ * generated White_Space table and for hand-made sets such as the pre-tokenizers' regex classes. */
+int unicode_in_ranges(const unicode_range *r, size_t n, uint32_t cpt);
+
 #endif /* CORRAL_UNICODE_H */
