@@ -240,13 +240,6 @@ static constraint *compile(constraint_index *ix, const char *pattern) {
     return c;
 }
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* ---- compiler: DFA language against PCRE2 -----------------------------------------------------
  */
 
@@ -286,9 +279,9 @@ START_TEST(test_language_matches_pcre2) {
         for (int trial = 0; trial < 3000; trial++) {
             char s[256];
             size_t n = 0;
-            const int len = (int)(splitmix(&seed) % 24);
+            const int len = (int)(test_splitmix64(&seed) % 24);
             for (int k = 0; k < len; k++) {
-                const size_t a = splitmix(&seed) % n_alpha;
+                const size_t a = test_splitmix64(&seed) % n_alpha;
                 memcpy(s + n, alpha[a], alen[a]);
                 n += alen[a];
             }
@@ -510,7 +503,8 @@ static void check_masks(const char *vocab_rel, const size_t *which, size_t n_whi
                     EXPECT(want == masked,
                            "/%s/ after \"%.*s\": token %d (\"%.*s\") oracle %d, mask %d",
                            e->pattern, (int)n_prefix, prefix, id, (int)n, piece, want, masked);
-                    if (masked && !tok_is_eog(t, id) && (pick < 0 || splitmix(&seed) % 4 == 0))
+                    if (masked && !tok_is_eog(t, id) &&
+                        (pick < 0 || test_splitmix64(&seed) % 4 == 0))
                         pick = id;
                     n_allowed += masked;
                 }

@@ -433,13 +433,6 @@ START_TEST(test_escape_ill_formed) {
 }
 END_TEST
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Random bytes (biased towards the bytes UTF-8 is made of) escaped into random output sizes:
  * the result is valid UTF-8 every time. */
 START_TEST(test_escape_random_bytes_valid) {
@@ -448,13 +441,13 @@ START_TEST(test_escape_random_bytes_valid) {
     uint64_t rng = 42;
     for (int round = 0; round < 20000; round++) {
         uint8_t in[24];
-        const size_t n = splitmix64(&rng) % sizeof in;
+        const size_t n = test_splitmix64(&rng) % sizeof in;
         for (size_t i = 0; i < n; i++) {
-            const uint64_t r = splitmix64(&rng);
+            const uint64_t r = test_splitmix64(&rng);
             in[i] = r & 1 ? alphabet[(r >> 1) % sizeof alphabet] : (uint8_t)(r >> 8);
         }
         char out[4 * sizeof in + 1];
-        const size_t cap = splitmix64(&rng) % sizeof out + 1;
+        const size_t cap = test_splitmix64(&rng) % sizeof out + 1;
         const size_t need = utf8_escape(out, cap, in, n);
         const size_t len = strlen(out);
         EXPECT(len < cap && (need < cap ? len == need : 1), "round %d: %zu of %zu", round, len,
