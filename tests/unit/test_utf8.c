@@ -105,30 +105,28 @@ START_TEST(test_round_trip_every_scalar_value) {
 }
 END_TEST
 
+/* The length each lead byte announces, and the length each code point takes, class by class. */
 START_TEST(test_shapes) {
-    ck_assert_uint_eq(utf8_lead_length(0x00), 1);
-    ck_assert_uint_eq(utf8_lead_length(0x7F), 1);
-    ck_assert_uint_eq(utf8_lead_length(0x80), 0);
-    ck_assert_uint_eq(utf8_lead_length(0xBF), 0);
-    ck_assert_uint_eq(utf8_lead_length(0xC0), 2); /* the shape only: C0 is never well-formed */
-    ck_assert_uint_eq(utf8_lead_length(0xDF), 2);
-    ck_assert_uint_eq(utf8_lead_length(0xE0), 3);
-    ck_assert_uint_eq(utf8_lead_length(0xEF), 3);
-    ck_assert_uint_eq(utf8_lead_length(0xF0), 4);
-    ck_assert_uint_eq(utf8_lead_length(0xF7), 4);
-    ck_assert_uint_eq(utf8_lead_length(0xF8), 0);
-    ck_assert_uint_eq(utf8_lead_length(0xFF), 0);
-    for (unsigned b = 0; b < 256; b++)
-        ck_assert_int_eq(utf8_is_continuation((uint8_t)b), b >= 0x80 && b <= 0xBF);
-    ck_assert_uint_eq(utf8_codepoint_length(0x7F), 1);
-    ck_assert_uint_eq(utf8_codepoint_length(0x80), 2);
-    ck_assert_uint_eq(utf8_codepoint_length(0x7FF), 2);
-    ck_assert_uint_eq(utf8_codepoint_length(0x800), 3);
+    static const struct {
+        uint32_t first, last; /* bytes or code points, inclusive */
+        size_t len;
+    } leads[] = {{0x00, 0x7F, 1}, {0x80, 0xBF, 0}, {0xC0, 0xDF, 2}, /* C0, C1: the shape only */
+                 {0xE0, 0xEF, 3}, {0xF0, 0xF7, 4}, {0xF8, 0xFF, 0}},
+      lengths[] = {{0x0, 0x7F, 1},
+                   {0x80, 0x7FF, 2},
+                   {0x800, 0xFFFF, 3}, /* surrogates included: their shape is three bytes */
+                   {0x10000, 0x10FFFF, 4},
+                   {0x110000, 0xFFFFFFFF, 0}};
+    for (size_t i = 0; i < N_OF(leads); i++)
+        for (uint32_t b = leads[i].first; b <= leads[i].last; b++) {
+            ck_assert_uint_eq(utf8_lead_length((uint8_t)b), leads[i].len);
+            ck_assert_int_eq(utf8_is_continuation((uint8_t)b), b >= 0x80 && b <= 0xBF);
+        }
+    for (size_t i = 0; i < N_OF(lengths); i++) {
+        ck_assert_uint_eq(utf8_codepoint_length(lengths[i].first), lengths[i].len);
+        ck_assert_uint_eq(utf8_codepoint_length(lengths[i].last), lengths[i].len);
+    }
     ck_assert_uint_eq(utf8_codepoint_length(0xD800), 3);
-    ck_assert_uint_eq(utf8_codepoint_length(0xFFFF), 3);
-    ck_assert_uint_eq(utf8_codepoint_length(0x10000), 4);
-    ck_assert_uint_eq(utf8_codepoint_length(0x10FFFF), 4);
-    ck_assert_uint_eq(utf8_codepoint_length(0x110000), 0);
 }
 END_TEST
 
