@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/utf8.h"
+
 struct jsonr_value {
     jsonr_kind kind;
     /* NUMBER: its text; STRING: the decoded bytes. NUL-terminated, `len` bytes. */
@@ -170,55 +172,6 @@ static long read_hex4(const parser *p, size_t pos) {
     return v;
 }
 
-static size_t utf8_encode(uint32_t cp, unsigned char out[4]) {
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xc0 | (cp >> 6));
-        out[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xe0 | (cp >> 12));
-        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xf0 | (cp >> 18));
-    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* Length of the valid UTF-8 sequence starting at pos (a lead byte >= 0x80), or 0. Rejects
- * overlong forms, surrogates and code points above U+10FFFF. */
-static size_t utf8_valid_len(const parser *p, size_t pos) {
-    const unsigned char *s = p->s + pos;
-    size_t left = p->len - pos;
-    unsigned char c = s[0];
-    size_t n;
-    uint32_t cp, min;
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2, cp = c & 0x1f, min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3, cp = c & 0x0f, min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (left < n) return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return n;
-}
-
 /* A string starting at the opening quote; the decoded bytes go into a new STRING node. */
 static jsonr_value *parse_string(parser *p) {
     size_t start = p->pos;
@@ -311,8 +264,8 @@ static jsonr_value *parse_string(parser *p) {
                 cp = 0x10000 + (((uint32_t)hi - 0xd800) << 10) + ((uint32_t)lo - 0xdc00);
                 used = 12;
             }
-            unsigned char enc[4];
-            if (!sb_put(&b, enc, utf8_encode(cp, enc))) goto nomem;
+            uint8_t enc[UTF8_SEQUENCE_MAX];
+            if (!sb_put(&b, enc, utf8_encode(cp, enc))) goto nomem; /* cp is no surrogate */
             p->pos += used;
             continue;
         }
@@ -321,8 +274,8 @@ static jsonr_value *parse_string(parser *p) {
             p->pos++;
             continue;
         }
-        size_t n = utf8_valid_len(p, p->pos);
-        if (n == 0) {
+        size_t n;
+        if (utf8_decode(p->s + p->pos, p->len - p->pos, NULL, &n) != UTF8_OK) {
             fail_at(p, p->pos, CORRAL_FORMAT, "invalid UTF-8 (byte 0x%02x) in a string", c);
             goto fail;
         }

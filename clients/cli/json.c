@@ -1,6 +1,6 @@
 /*
  * json.c — the CLI's JSON writer (see json.h): separators from a per-level "has items" flag,
- * and string escaping that validates UTF-8 as it goes.
+ * and string escaping that validates UTF-8 (with the base codec) as it goes.
  */
 #include "json.h"
 
@@ -8,6 +8,8 @@
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
+
+#include "corral/utf8.h"
 
 void json_writer_init(json_writer *w, FILE *out) {
     memset(w, 0, sizeof *w);
@@ -55,37 +57,13 @@ void json_end_array(json_writer *w) {
     json_close(w, ']');
 }
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 if the bytes there are not one. Rejects
- * overlong forms, surrogates and values past U+10FFFF, as RFC 3629 does. */
-static size_t utf8_sequence_length(const unsigned char *s) {
-    unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    size_t n;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-        n = 2;
-        cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-        n = 3;
-        cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t min_for_length[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_for_length[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return n;
-}
-
+/* Write text as a JSON string. Each byte that does not begin a well-formed UTF-8 sequence
+ * becomes one U+FFFD of its own: the CLI's output maps bad bytes one by one (test_cli_json pins
+ * it), where the sanitizers' repair gives one U+FFFD per maximal subpart. */
 static void json_write_escaped(FILE *out, const char *text) {
     fputc('"', out);
     const unsigned char *s = (const unsigned char *)text;
+    const unsigned char *end = s + strlen(text);
     while (*s) {
         unsigned char c = *s;
         if (c == '"' || c == '\\') {
@@ -109,8 +87,8 @@ static void json_write_escaped(FILE *out, const char *text) {
             }
             s++;
         } else {
-            size_t n = utf8_sequence_length(s);
-            if (n == 0) {
+            size_t n;
+            if (utf8_decode(s, (size_t)(end - s), NULL, &n) != UTF8_OK) {
                 fputs("\\ufffd", out);
                 s++;
             } else {

@@ -33,7 +33,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "corral/log.h"
 #include "corral/tensor.h"
+#include "corral/utf8.h"
 
 #define GGUF_VERSION_WRITTEN       3
 /* Arrays of arrays are legal; nesting deeper than this is rejected (no real file nests at all,
@@ -1065,36 +1067,15 @@ __attribute__((format(printf, 2, 3))) static void out_printf(text_out *o, const 
 /* A string in double quotes with C escapes, cut (at a UTF-8 character boundary) after
  * GGUF_FORMAT_STRING_MAX bytes. */
 static void out_quoted(text_out *o, const uint8_t *s, uint64_t len) {
-    uint64_t n = len;
-    if (n > GGUF_FORMAT_STRING_MAX) {
-        n = GGUF_FORMAT_STRING_MAX;
-        while (n > 0 && (s[n] & 0xc0) == 0x80) n--; /* do not split a character */
-    }
+    const uint64_t n = utf8_cut(s, (size_t)len, GGUF_FORMAT_STRING_MAX); /* the string is mapped */
     out_printf(o, "\"");
     for (uint64_t i = 0; i < n; i++) {
-        uint8_t ch = s[i];
-        switch (ch) {
-            case '"':
-                out_printf(o, "\\\"");
-                break;
-            case '\\':
-                out_printf(o, "\\\\");
-                break;
-            case '\n':
-                out_printf(o, "\\n");
-                break;
-            case '\t':
-                out_printf(o, "\\t");
-                break;
-            case '\r':
-                out_printf(o, "\\r");
-                break;
-            default:
-                if (ch < 0x20 || ch == 0x7f) {
-                    out_printf(o, "\\x%02x", ch);
-                } else {
-                    out_printf(o, "%c", (char)ch);
-                }
+        char hex[LOG_ESCAPE_MAX];
+        const char *esc = log_escape_byte(s[i], hex);
+        if (esc) {
+            out_printf(o, "%s", esc);
+        } else {
+            out_printf(o, "%c", (char)s[i]);
         }
     }
     out_printf(o, n < len ? "\"..." : "\"");

@@ -34,7 +34,7 @@
 
 #include <string.h>
 
-#include "unicode.h"
+#include "corral/unicode.h"
 
 /* ---- names ----------------------------------------------------------------------------------- */
 
@@ -192,27 +192,12 @@ static uint32_t wide_cpt(const pt_text *t, size_t i) {
     return (c >= 0x80 && (t->flags[i] & F_WS)) ? 0x0B : c;
 }
 
-static int in_ranges(const unicode_range *r, size_t n, uint32_t c) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (c < r[mid].first) {
-            hi = mid;
-        } else if (c > r[mid].last) {
-            lo = mid + 1;
-        } else {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* [一-龥ࠀ-一가-퟿] of both DeepSeek cascades: U+4E00-U+9FA5, U+0800-U+4E00, U+AC00-U+D7FF.
  */
 static const unicode_range cjk_ranges[] = {{0x0800, 0x9FA5}, {0xAC00, 0xD7FF}};
 
 static int is_deepseek_cjk(const pt_text *t, size_t i) {
-    return in_ranges(cjk_ranges, sizeof cjk_ranges / sizeof cjk_ranges[0], wide_cpt(t, i));
+    return unicode_in_ranges(cjk_ranges, sizeof cjk_ranges / sizeof cjk_ranges[0], wide_cpt(t, i));
 }
 
 /* DeepSeek LLM's letter class, transcribed as code points from its regex
@@ -244,9 +229,9 @@ static const unicode_range deepseek_letter_ranges[] = {
 };
 
 static int is_deepseek_letter(const pt_text *t, size_t i) {
-    return in_ranges(deepseek_letter_ranges,
-                     sizeof deepseek_letter_ranges / sizeof deepseek_letter_ranges[0],
-                     wide_cpt(t, i));
+    return unicode_in_ranges(deepseek_letter_ranges,
+                             sizeof deepseek_letter_ranges / sizeof deepseek_letter_ranges[0],
+                             wide_cpt(t, i));
 }
 
 /* DeepSeek LLM's "[!-/:-~！-／：-～‘-‟　-。]" (U+3000 is White_Space, so it never matches). */
@@ -256,9 +241,9 @@ static const unicode_range deepseek_punct_ranges[] = {
 };
 
 static int is_deepseek_punct(const pt_text *t, size_t i) {
-    return in_ranges(deepseek_punct_ranges,
-                     sizeof deepseek_punct_ranges / sizeof deepseek_punct_ranges[0],
-                     wide_cpt(t, i));
+    return unicode_in_ranges(deepseek_punct_ranges,
+                             sizeof deepseek_punct_ranges / sizeof deepseek_punct_ranges[0],
+                             wide_cpt(t, i));
 }
 
 static int is_cr_or_lf(const pt_text *t, size_t i) {

@@ -3,7 +3,7 @@
  * "words" that BPE then merges inside, as llama.cpp does for each `tokenizer.ggml.pre` value.
  * Internal to the tokenizer (engine/src/tokenizer*.c).
  *
- * Text arrives as code points (decoded with unicode_utf8_decode) together with their class flags
+ * Text arrives as code points (decoded with tok__utf8_decode) together with their class flags
  * (unicode_cpt_flags); words come back as end offsets in code points. Splitting is linear in the
  * text length for every family. Pure functions; thread-safe.
  */

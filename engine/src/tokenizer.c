@@ -27,7 +27,6 @@
 
 #include "corral/log.h"
 #include "tokenizer_impl.h"
-#include "unicode.h"
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
@@ -1038,7 +1037,7 @@ static size_t render_piece(const tokenizer *t, int32_t id, uint32_t flags, int *
             for (size_t i = 0; i < len;) {
                 char chunk[128];
                 size_t take = len - i < sizeof chunk ? len - i : sizeof chunk;
-                while (i + take < len && take > 1 && ((unsigned char)p[i + take] & 0xC0) == 0x80) {
+                while (i + take < len && take > 1 && utf8_is_continuation((uint8_t)p[i + take])) {
                     take--;
                 }
                 size_t m = tok__bpe_unmap(t, p + i, take, chunk);
@@ -1112,13 +1111,11 @@ corral_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, uint3
 struct tok_decoder {
     const tokenizer *t;
     uint32_t flags;
-    int strip;          /* the next non-empty piece loses a leading space */
-    uint8_t pending[4]; /* bytes of an incomplete UTF-8 sequence */
+    int strip;                          /* the next non-empty piece loses a leading space */
+    uint8_t pending[UTF8_SEQUENCE_MAX]; /* a UTF-8 sequence the last piece ended inside */
     uint8_t n_pending;
-    uint8_t need;   /* length of that sequence */
-    uint8_t lo, hi; /* allowed range of its next byte */
-    char *piece;    /* max_piece bytes */
-    char *out;      /* 3 * (max_piece + 4) bytes: every byte may become U+FFFD */
+    char *piece; /* max_piece bytes */
+    char *out;   /* 3 * (max_piece + 4) bytes: every byte may become U+FFFD */
     size_t n_out;
 };
 
@@ -1129,46 +1126,42 @@ static void out_bytes(tok_decoder *d, const void *p, size_t n) {
     d->n_out += n;
 }
 
-/* One byte through the WHATWG UTF-8 decoder: complete characters go out, an ill-formed part
- * becomes U+FFFD and the byte that revealed it is looked at again as a new start. */
-static void utf8_push(tok_decoder *d, uint8_t b) {
-    for (;;) {
-        if (d->n_pending == 0) {
-            if (b < 0x80) {
-                out_bytes(d, &b, 1);
-                return;
-            }
-            d->lo = 0x80;
-            d->hi = 0xBF;
-            if (b >= 0xC2 && b <= 0xDF) {
-                d->need = 2;
-            } else if (b >= 0xE0 && b <= 0xEF) {
-                d->need = 3;
-                if (b == 0xE0) d->lo = 0xA0;
-                if (b == 0xED) d->hi = 0x9F;
-            } else if (b >= 0xF0 && b <= 0xF4) {
-                d->need = 4;
-                if (b == 0xF0) d->lo = 0x90;
-                if (b == 0xF4) d->hi = 0x8F;
-            } else {
+/* A rendered piece through the WHATWG UTF-8 decoder, as a stream: complete characters go out,
+ * an ill-formed stretch becomes one U+FFFD per maximal subpart (so the byte that revealed it is
+ * looked at again as a new start), and a sequence the piece ends inside waits in d->pending for
+ * the next piece. */
+static void utf8_feed(tok_decoder *d, const uint8_t *p, size_t n) {
+    size_t i = 0;
+    /* First finish the sequence the last piece left open, one byte at a time: pending is always a
+     * well-formed start, so each added byte completes it, extends it or breaks it. */
+    while (d->n_pending > 0 && i < n) {
+        d->pending[d->n_pending++] = p[i++];
+        size_t len;
+        const utf8_status st = utf8_decode(d->pending, d->n_pending, NULL, &len);
+        if (st == UTF8_TRUNCATED) continue;
+        if (st == UTF8_OK) {
+            out_bytes(d, d->pending, len);
+        } else {
+            out_bytes(d, replacement, sizeof replacement);
+            i--; /* the maximal subpart was what came before this byte */
+        }
+        d->n_pending = 0;
+    }
+    while (i < n) {
+        size_t len;
+        switch (utf8_decode(p + i, n - i, NULL, &len)) {
+            case UTF8_OK:
+                out_bytes(d, p + i, len);
+                break;
+            case UTF8_INVALID:
                 out_bytes(d, replacement, sizeof replacement);
-                return;
-            }
-            d->pending[d->n_pending++] = b;
-            return;
+                break;
+            case UTF8_TRUNCATED:
+                memcpy(d->pending, p + i, len);
+                d->n_pending = (uint8_t)len;
+                break;
         }
-        if (b >= d->lo && b <= d->hi) {
-            d->pending[d->n_pending++] = b;
-            d->lo = 0x80;
-            d->hi = 0xBF;
-            if (d->n_pending == d->need) {
-                out_bytes(d, d->pending, d->n_pending);
-                d->n_pending = 0;
-            }
-            return;
-        }
-        out_bytes(d, replacement, sizeof replacement);
-        d->n_pending = 0; /* and look at b again */
+        i += len;
     }
 }
 
@@ -1205,9 +1198,7 @@ corral_status tok_decoder_feed(tok_decoder *d, int32_t id, const char **text, si
     byte_out o = {.buf = d->piece, .cap = d->t->max_piece, .n = 0};
     size_t n = render_piece(d->t, id, d->flags, &d->strip, &o);
     d->n_out = 0;
-    for (size_t i = 0; i < n; i++) {
-        utf8_push(d, (uint8_t)d->piece[i]);
-    }
+    utf8_feed(d, (const uint8_t *)d->piece, n);
     *text = d->out;
     *len = d->n_out;
     return CORRAL_OK;

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/unicode.h"
 #include "tokenizer_impl.h"
-#include "unicode.h"
 
 typedef struct bpe_symbol {
     int32_t prev, next;
@@ -59,8 +59,8 @@ static void bpe_build_byte_map(tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
         uint32_t cpt = printable ? (uint32_t)b : next_extra++;
-        uint8_t utf8[4];
-        size_t n = unicode_utf8_encode(cpt, utf8);
+        uint8_t utf8[UTF8_SEQUENCE_MAX];
+        size_t n = tok__utf8_encode(cpt, utf8);
         memcpy(t->byte_char[b], utf8, n); /* n <= 2: cpt < 0x800 */
         t->byte_char_len[b] = (uint8_t)n;
         t->char_byte[cpt] = (int16_t)b;
@@ -167,7 +167,7 @@ size_t tok__bpe_unmap(const tokenizer *t, const char *s, size_t len, char *out) 
     size_t o = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cpt;
-        size_t n = unicode_utf8_decode(u + i, len - i, &cpt);
+        size_t n = tok__utf8_decode(u + i, len - i, &cpt);
         if (cpt < sizeof t->char_byte / sizeof t->char_byte[0] && t->char_byte[cpt] >= 0) {
             out[o++] = (char)t->char_byte[cpt];
         } else {
@@ -272,7 +272,7 @@ corral_status tok__bpe_encode(const tokenizer *t, const uint8_t *text, size_t le
     }
     size_t n = 0;
     for (size_t off = 0; off < len; n++) {
-        off += unicode_utf8_decode(text + off, len - off, &cpts[n]);
+        off += tok__utf8_decode(text + off, len - off, &cpts[n]);
         flags[n] = (uint16_t)unicode_cpt_flags(cpts[n]);
     }
 
@@ -288,7 +288,7 @@ corral_status tok__bpe_encode(const tokenizer *t, const uint8_t *text, size_t le
     for (size_t k = 0; k < n_words; k++) {
         size_t bytes = 0;
         for (size_t i = start; i < ends[k]; i++) {
-            bytes += cpts[i] < 0x80 ? 1 : cpts[i] < 0x800 ? 2 : cpts[i] < 0x10000 ? 3 : 4;
+            bytes += utf8_codepoint_length(cpts[i]); /* cpts[i] <= U+10FFFF: never 0 */
         }
         if (bytes > longest) {
             longest = bytes;
@@ -309,7 +309,7 @@ corral_status tok__bpe_encode(const tokenizer *t, const uint8_t *text, size_t le
     for (size_t k = 0; k < n_words; k++) {
         size_t bytes = 0;
         for (size_t i = start; i < ends[k]; i++) {
-            bytes += unicode_utf8_encode(cpts[i], word + bytes);
+            bytes += tok__utf8_encode(cpts[i], word + bytes);
         }
         bpe_encode_word(t, word, bytes, sym, &heap, word + longest, out);
         start = ends[k];

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "corral/tokenizer.h"
+#include "corral/utf8.h"
 #include "pretokenize.h"
 
 /* Per-token attribute bits (tokenizer.attr). */
@@ -131,6 +132,39 @@ tok_bigram tok__heap_pop(tok_heap *h);          /* h->n > 0 */
  * the text -> id table are in place. tok__bpe_load reads tokenizer.ggml.merges. */
 void tok__spm_load(tokenizer *t);
 corral_status tok__bpe_load(tokenizer *t, const gguf_file *f, corral_error *err);
+
+/* ---- text as llama.cpp reads it ---------------------------------------------------------------
+ * The reference token ids depend on llama.cpp's lenient reading of UTF-8, so the tokenizer keeps
+ * it, built on the base codec: overlong forms and surrogates decode to their value (and
+ * surrogates encode back), and each byte that does not start such a shape is one U+FFFD. */
+
+#define TOK_UTF8_LENIENT (UTF8_ALLOW_OVERLONG | UTF8_ALLOW_SURROGATE)
+
+/* Decode one code point from s[0..n) (n >= 1) the way llama.cpp does: a well-formed 1-4 byte
+ * shape gives its value, overlong forms and surrogates included; anything else — a stray
+ * continuation byte, a truncated sequence, a bad continuation, a lead byte F5-FF, a value above
+ * U+10FFFF — gives U+FFFD and consumes one byte. Returns the bytes consumed. */
+static inline size_t tok__utf8_decode(const uint8_t *s, size_t n, uint32_t *cpt) {
+    size_t len;
+    if (utf8_decode_relaxed(s, n, TOK_UTF8_LENIENT, cpt, &len) == UTF8_OK) return len;
+    *cpt = UTF8_REPLACEMENT;
+    return 1;
+}
+
+/* Encode a code point that tok__utf8_decode gave (surrogates included) into out; anything above
+ * U+10FFFF is written as U+FFFD. Returns 1-4. */
+static inline size_t tok__utf8_encode(uint32_t cpt, uint8_t out[UTF8_SEQUENCE_MAX]) {
+    const size_t n = utf8_encode_relaxed(cpt, UTF8_ALLOW_SURROGATE, out);
+    return n ? n : utf8_encode(UTF8_REPLACEMENT, out);
+}
+
+/* The length of the symbol a byte starts when llama.cpp cuts text into symbols before SPM
+ * merging, judged by the high nibble only: 00-BF give 1 (so a stray continuation byte stands
+ * alone), C0-DF 2, E0-EF 3, F0-FF 4. */
+static inline size_t tok__utf8_symbol_len(uint8_t lead) {
+    const size_t n = utf8_lead_length(lead);
+    return n ? n : lead < 0xC0 ? 1 : 4; /* 0 for continuation bytes and F8-FF */
+}
 
 /* Undo GPT-2's byte table for the text of a normal BPE token: writes at most len bytes to out and
  * returns how many. A code point outside the table is copied as its UTF-8. */

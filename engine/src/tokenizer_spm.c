@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "tokenizer_impl.h"
-#include "unicode.h"
 
 /* UTF-8 of U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's visible space. */
 static const uint8_t spm_space[3] = {0xE2, 0x96, 0x81};
@@ -114,7 +113,7 @@ corral_status tok__spm_encode(const tokenizer *t, const uint8_t *text, size_t le
 
     int32_t n = 0;
     for (size_t off = 0; off < esc_len;) {
-        size_t l = unicode_utf8_lead_len(esc[off]);
+        size_t l = tok__utf8_symbol_len(esc[off]);
         if (l > esc_len - off) {
             l = esc_len - off;
         }

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "corral/utf8.h"
 
 #define CP_MAX        0x10FFFFu
 #define SURR_FIRST    0xD800u
@@ -218,6 +218,15 @@ static bool at(const parser *p, char c) {
     return p->pos < p->len && p->pat[p->pos] == c;
 }
 
+/* The character at pos, which must be well-formed UTF-8: 1 with *cp and pos past it, or -1. */
+static int parse_char(parser *p, uint32_t *cp) {
+    size_t n;
+    if (utf8_decode((const uint8_t *)p->pat + p->pos, p->len - p->pos, cp, &n) != UTF8_OK)
+        return perr(p, CORRAL_INVALID_ARGUMENT, p->pos, "invalid UTF-8 in the pattern");
+    p->pos += n;
+    return 1;
+}
+
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -387,18 +396,13 @@ static int parse_escape(parser *p, bool in_class, uint32_t *cp, int32_t *set) {
         return perr(p, CORRAL_INVALID_ARGUMENT, start, "unknown escape \\%c", c);
     /* An identity escape: the character itself (punctuation, or any non-ASCII character). */
     p->pos--;
-    const int n = utf8_decode((const uint8_t *)p->pat + p->pos, p->len - p->pos, cp);
-    if (n <= 0) return perr(p, CORRAL_INVALID_ARGUMENT, p->pos, "invalid UTF-8 in the pattern");
-    p->pos += (size_t)n;
-    return 1;
+    return parse_char(p, cp);
 }
 
 /* A literal character at pos. */
 static int32_t parse_literal(parser *p) {
     uint32_t cp;
-    const int n = utf8_decode((const uint8_t *)p->pat + p->pos, p->len - p->pos, &cp);
-    if (n <= 0) return perr(p, CORRAL_INVALID_ARGUMENT, p->pos, "invalid UTF-8 in the pattern");
-    p->pos += (size_t)n;
+    if (parse_char(p, &cp) < 0) return -1;
     int32_t set = new_set(p);
     if (set < 0) return -1;
     if (!cpset_add(&p->sets[set], cp, cp)) return oom(p);
@@ -415,10 +419,7 @@ static int parse_class_atom(parser *p, uint32_t *cp, int32_t *set) {
         }
         return parse_escape(p, true, cp, set);
     }
-    const int n = utf8_decode((const uint8_t *)p->pat + p->pos, p->len - p->pos, cp);
-    if (n <= 0) return perr(p, CORRAL_INVALID_ARGUMENT, p->pos, "invalid UTF-8 in the pattern");
-    p->pos += (size_t)n;
-    return 1;
+    return parse_char(p, cp);
 }
 
 static int32_t parse_class(parser *p) {
@@ -762,7 +763,7 @@ static bool nfa_utf8_range(nfa *b, int32_t s, int32_t e, uint32_t lo, uint32_t h
                    nfa_utf8_range(b, s, e, len_max[k] + 1, hi);
     }
     uint8_t a[4], z[4];
-    const int n = utf8_encode(lo, a);
+    const int n = (int)utf8_encode(lo, a); /* lo and hi are scalar values: never 0 */
     if (n > 1) {
         for (int i = 1; i < n; i++) {
             const uint32_t m = (1u << (6 * i)) - 1; /* the bits of the last i bytes */

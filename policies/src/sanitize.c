@@ -15,8 +15,9 @@
 #include <string.h>
 
 #include "corral/policy.h"
+#include "corral/unicode.h"
+#include "corral/utf8.h"
 #include "regex.h"
-#include "utf8.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -139,13 +140,11 @@ static int utf8_sanitize(void *instance, const corral_policy_host *host, const c
     (void)host;
     const utf8_cfg *c = instance;
     const uint8_t *s = (const uint8_t *)text;
+    /* Ill-formed sequences are counted by maximal subpart: each is what one U+FFFD replaces. */
     uint32_t bad = 0;
     size_t first = 0;
-    uint32_t cp;
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        if (k < 0 && bad++ == 0) first = i;
-        i += (size_t)(k < 0 ? -k : k);
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, NULL, &k) != UTF8_OK && bad++ == 0) first = i;
     }
     out->count = bad;
     if (bad == 0) return CORRAL_POLICY_KEEP;
@@ -156,17 +155,12 @@ static int utf8_sanitize(void *instance, const corral_policy_host *host, const c
     }
     static const char fffd[] = "\xEF\xBF\xBD";
     size_t run = 0; /* start of the valid stretch not yet written */
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        if (k > 0) {
-            i += (size_t)k;
-            continue;
-        }
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, NULL, &k) == UTF8_OK) continue;
         int rc = out->write(out, text + run, i - run);
         if (rc == 0) rc = out->write(out, fffd, 3);
         if (rc) return rc;
-        i += (size_t)-k;
-        run = i;
+        run = i + k;
     }
     const int rc = out->write(out, text + run, len - run);
     if (rc) return rc;
@@ -177,39 +171,19 @@ static int utf8_sanitize(void *instance, const corral_policy_host *host, const c
 /* ---- invisible ---------------------------------------------------------------------------------
  */
 
-/* General_Category Cf, Unicode 15.0 (UnicodeData.txt). */
-static const struct {
-    uint32_t lo, hi;
-} format_chars[] = {
-    {0x00AD, 0x00AD},   {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},
-    {0x070F, 0x070F},   {0x0890, 0x0891},   {0x08E2, 0x08E2},   {0x180E, 0x180E},
-    {0x200B, 0x200F},   {0x202A, 0x202E},   {0x2060, 0x2064},   {0x2066, 0x206F},
-    {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD},
-    {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
-    {0xE0020, 0xE007F},
-};
-
 enum { INVISIBLE_NO = 0, INVISIBLE_CONTROL = 1, INVISIBLE_FORMAT = 2, INVISIBLE_PRIVATE = 3 };
 
+/* What `invisible` removes, by General_Category from the Unicode table (corral/unicode.h). */
+static const uint8_t invisible_by_category[UNICODE_GC_COUNT] = {
+    [UNICODE_GC_CC] = INVISIBLE_CONTROL, /* but tab, newline and carriage return, below */
+    [UNICODE_GC_CF] = INVISIBLE_FORMAT,  /* soft hyphen, zero-width and bidirectional controls */
+    [UNICODE_GC_CO] = INVISIBLE_PRIVATE,
+};
+
 static int invisible_kind(uint32_t cp) {
-    if ((cp < 0x20 && cp != '\n' && cp != '\t' && cp != '\r') || (cp >= 0x7F && cp <= 0x9F))
-        return INVISIBLE_CONTROL;
-    if ((cp >= 0xE000 && cp <= 0xF8FF) || (cp >= 0xF0000 && cp <= 0xFFFFD) ||
-        (cp >= 0x100000 && cp <= 0x10FFFD))
-        return INVISIBLE_PRIVATE;
-    if (cp < 0xAD) return INVISIBLE_NO;
-    size_t lo = 0, hi = N_OF(format_chars);
-    while (lo < hi) {
-        const size_t mid = (lo + hi) / 2;
-        if (cp > format_chars[mid].hi) {
-            lo = mid + 1;
-        } else if (cp < format_chars[mid].lo) {
-            hi = mid;
-        } else {
-            return INVISIBLE_FORMAT;
-        }
-    }
-    return INVISIBLE_NO;
+    if (cp >= 0x20 && cp < 0x7F) return INVISIBLE_NO; /* printable ASCII, most of any text */
+    if (cp == '\n' || cp == '\t' || cp == '\r') return INVISIBLE_NO;
+    return invisible_by_category[unicode_cpt_category(cp)];
 }
 
 int sanitize_is_invisible(uint32_t cp) {
@@ -229,24 +203,19 @@ static int invisible_sanitize(void *instance, const corral_policy_host *host, co
     (void)host;
     const uint8_t *s = (const uint8_t *)text;
     uint32_t kinds[4] = {0}, cp;
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        if (k > 0) kinds[invisible_kind(cp)]++;
-        i += (size_t)(k < 0 ? -k : k);
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, &cp, &k) == UTF8_OK) kinds[invisible_kind(cp)]++;
     }
     const uint32_t removed = kinds[1] + kinds[2] + kinds[3];
     out->count = removed;
     if (removed == 0) return CORRAL_POLICY_KEEP;
     size_t run = 0;
-    for (size_t i = 0; i < len;) {
-        const int k = utf8_decode(s + i, len - i, &cp);
-        const size_t step = (size_t)(k < 0 ? -k : k);
-        if (k > 0 && invisible_kind(cp) != INVISIBLE_NO) {
+    for (size_t i = 0, k; i < len; i += k) {
+        if (utf8_decode(s + i, len - i, &cp, &k) == UTF8_OK && invisible_kind(cp) != INVISIBLE_NO) {
             const int rc = out->write(out, text + run, i - run);
             if (rc) return rc;
-            run = i + step;
+            run = i + k;
         }
-        i += step;
     }
     const int rc = out->write(out, text + run, len - run);
     if (rc) return rc;
@@ -515,10 +484,11 @@ static int space_init(const corral_policy_kv *kv, size_t n, void **instance, cha
     return 0;
 }
 
-/* Horizontal white space: ECMAScript's white space without the line terminators and BOM. */
+/* Horizontal white space: ECMAScript's white space without the line terminators and BOM, that is
+ * tab, vertical tab, form feed and the space separators (Zs, from the Unicode table). */
 static bool is_hspace(uint32_t cp) {
-    return cp == ' ' || cp == '\t' || cp == '\v' || cp == '\f' || cp == 0xA0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    if (cp < 0x80) return cp == ' ' || cp == '\t' || cp == '\v' || cp == '\f';
+    return unicode_cpt_category(cp) == UNICODE_GC_ZS;
 }
 
 static int space_sanitize(void *instance, const corral_policy_host *host, const char *text,
@@ -534,11 +504,10 @@ static int space_sanitize(void *instance, const corral_policy_host *host, const 
     uint64_t newlines = 0;
     for (size_t i = 0; i <= len;) {
         uint32_t cp = 0;
-        int k = 1;
-        if (i < len) k = utf8_decode(s + i, len - i, &cp);
-        const size_t step = (size_t)(k < 0 ? -k : k);
-        const bool end = i == len, newline = !end && k > 0 && (cp == '\r' || cp == '\n');
-        if (!end && k > 0 && is_hspace(cp)) {
+        size_t step = 1;
+        const bool end = i == len, ok = !end && utf8_decode(s + i, len - i, &cp, &step) == UTF8_OK;
+        const bool newline = ok && (cp == '\r' || cp == '\n');
+        if (ok && is_hspace(cp)) {
             if (run_to != i) run_from = i;
             run_to = i + step;
             i += step;

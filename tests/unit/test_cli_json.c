@@ -74,13 +74,15 @@ static void write_bad_utf8(json_writer *w) {
     json_string(w, "\xc0\xaf");         /* overlong "/" */
     json_string(w, "\xed\xa0\x80");     /* a UTF-16 surrogate */
     json_string(w, "\xf4\x90\x80\x80"); /* past U+10FFFF */
+    json_string(w, "\xe2\x82"
+                   "A"); /* a cut sequence: one U+FFFD per byte, not per maximal subpart */
     json_end_array(w);
 }
 
 START_TEST(test_invalid_utf8_becomes_replacement) {
     ck_assert_str_eq(render(write_bad_utf8),
                      "[\"a\\ufffdb\",\"\\ufffd\",\"\\ufffd\\ufffd\",\"\\ufffd\\ufffd\\ufffd\","
-                     "\"\\ufffd\\ufffd\\ufffd\\ufffd\"]");
+                     "\"\\ufffd\\ufffd\\ufffd\\ufffd\",\"\\ufffd\\ufffdA\"]");
 }
 END_TEST
 

@@ -29,6 +29,7 @@
 #include "corral/model.h"
 #include "corral/prompt.h"
 #include "corral/synth.h"
+#include "corral/utf8.h"
 #include "testutil.h"
 
 #ifdef CORRAL_SANITIZE
@@ -150,25 +151,15 @@ static int oracle_viable_complete(oracle *o, const char *s, size_t n) {
 /* Split s[0..n) into complete UTF-8 and an incomplete last character (the first 1-3 bytes of a
  * well-formed sequence). Returns the tail length (0 if none), or -1 for invalid UTF-8. */
 static int utf8_tail(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        const unsigned char b = s[i];
-        size_t len = b < 0x80                 ? 1
-                     : b >= 0xC2 && b <= 0xDF ? 2
-                     : b >= 0xE0 && b <= 0xEF ? 3
-                     : b >= 0xF0 && b <= 0xF4 ? 4
-                                              : 0;
-        if (!len) return -1;
-        for (size_t k = 1; k < len; k++) {
-            if (i + k >= n) return (int)k; /* incomplete; still checked below by the caller */
-            unsigned char c = s[i + k], lo = 0x80, hi = 0xBF;
-            if (k == 1 && b == 0xE0) lo = 0xA0;
-            if (k == 1 && b == 0xED) hi = 0x9F;
-            if (k == 1 && b == 0xF0) lo = 0x90;
-            if (k == 1 && b == 0xF4) hi = 0x8F;
-            if (c < lo || c > hi) return -1;
+    for (size_t i = 0, len; i < n; i += len) {
+        switch (utf8_decode(s + i, n - i, NULL, &len)) {
+            case UTF8_OK:
+                break;
+            case UTF8_TRUNCATED:
+                return (int)len;
+            case UTF8_INVALID:
+                return -1;
         }
-        i += len;
     }
     return 0;
 }
@@ -181,7 +172,7 @@ static int oracle_viable(oracle *o, const char *s, size_t n) {
     if (tail < 0) return 0;
     if (tail == 0) return oracle_viable_complete(o, s, n);
     const unsigned char *t = (const unsigned char *)s + n - tail;
-    const int len = t[0] >= 0xF0 ? 4 : t[0] >= 0xE0 ? 3 : 2;
+    const int len = (int)utf8_lead_length(t[0]);
     const int missing = len - tail;
     if (missing == 3) return -1; /* a lone 4-byte lead: 2^18 candidates */
     char buf[512];
@@ -249,13 +240,6 @@ static constraint *compile(constraint_index *ix, const char *pattern) {
     return c;
 }
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* ---- compiler: DFA language against PCRE2 -----------------------------------------------------
  */
 
@@ -282,7 +266,7 @@ START_TEST(test_language_matches_pcre2) {
         const char *p = corpus[i].pattern;
         for (size_t k = 0; p[k] && n_alpha < 200;) {
             size_t len = 1;
-            while (p[k + len] && ((unsigned char)p[k + len] & 0xC0) == 0x80) len++;
+            while (p[k + len] && utf8_is_continuation((uint8_t)p[k + len])) len++;
             alpha[n_alpha] = p + k;
             alen[n_alpha++] = len;
             k += len;
@@ -295,9 +279,9 @@ START_TEST(test_language_matches_pcre2) {
         for (int trial = 0; trial < 3000; trial++) {
             char s[256];
             size_t n = 0;
-            const int len = (int)(splitmix(&seed) % 24);
+            const int len = (int)(test_splitmix64(&seed) % 24);
             for (int k = 0; k < len; k++) {
-                const size_t a = splitmix(&seed) % n_alpha;
+                const size_t a = test_splitmix64(&seed) % n_alpha;
                 memcpy(s + n, alpha[a], alen[a]);
                 n += alen[a];
             }
@@ -519,7 +503,8 @@ static void check_masks(const char *vocab_rel, const size_t *which, size_t n_whi
                     EXPECT(want == masked,
                            "/%s/ after \"%.*s\": token %d (\"%.*s\") oracle %d, mask %d",
                            e->pattern, (int)n_prefix, prefix, id, (int)n, piece, want, masked);
-                    if (masked && !tok_is_eog(t, id) && (pick < 0 || splitmix(&seed) % 4 == 0))
+                    if (masked && !tok_is_eog(t, id) &&
+                        (pick < 0 || test_splitmix64(&seed) % 4 == 0))
                         pick = id;
                     n_allowed += masked;
                 }

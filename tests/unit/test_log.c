@@ -45,6 +45,28 @@ START_TEST(test_values_are_quoted_and_escaped) {
 }
 END_TEST
 
+/* The byte escapes quoted values use (and gguf's value printer with them), byte by byte. */
+START_TEST(test_escape_byte_table) {
+    char hex[LOG_ESCAPE_MAX];
+    int escaped = 0;
+    for (unsigned c = 0; c < 256; c++) {
+        const char *esc = log_escape_byte((uint8_t)c, hex);
+        escaped += esc != NULL;
+        ck_assert_int_eq(esc != NULL, c < 0x20 || c == '"' || c == '\\' || c == 0x7f);
+    }
+    ck_assert_int_eq(escaped, 32 + 3);
+    ck_assert_str_eq(log_escape_byte('"', hex), "\\\"");
+    ck_assert_str_eq(log_escape_byte('\\', hex), "\\\\");
+    ck_assert_str_eq(log_escape_byte('\n', hex), "\\n");
+    ck_assert_str_eq(log_escape_byte('\r', hex), "\\r");
+    ck_assert_str_eq(log_escape_byte('\t', hex), "\\t");
+    ck_assert_str_eq(log_escape_byte(0x00, hex), "\\x00");
+    ck_assert_str_eq(log_escape_byte(0x1f, hex), "\\x1f");
+    ck_assert_str_eq(log_escape_byte(0x7f, hex), "\\x7f");
+    ck_assert_ptr_null(log_escape_byte(0xc3, hex)); /* UTF-8 passes */
+}
+END_TEST
+
 START_TEST(test_level_parse_and_names) {
     log_level l;
     ck_assert_int_eq(log_level_parse("DEBUG", &l), 0);
@@ -126,6 +148,7 @@ static Suite *log_suite(void) {
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_format_exact_line);
     tcase_add_test(core, test_values_are_quoted_and_escaped);
+    tcase_add_test(core, test_escape_byte_table);
     tcase_add_test(core, test_level_parse_and_names);
     tcase_add_test(core, test_filtering_by_level);
     suite_add_tcase(s, core);

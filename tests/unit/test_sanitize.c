@@ -8,8 +8,9 @@
  * out by hand. Then the invariant the sanitizers exist for: over every vocabulary in
  * ../shared/vocab, no user text (hostile or not, with or without a sanitizer) turns into a control
  * token id in the prompt the model sees (prompt.h does the tokenizing, as corrald does). The
- * `invisible` character table is compared with the engine's own General_Category table, which is
- * generated from the Unicode Character Database.
+ * `invisible` rule (Cc but \n \t \r, Cf, Co) is checked over every code point against the
+ * project's one General_Category table (corral/unicode.h), generated from the Unicode Character
+ * Database, which the sanitizer reads since it dropped its own copy of the Cf ranges.
  */
 #include <check.h>
 #include <dirent.h>
@@ -20,8 +21,8 @@
 #include "corral/policy.h"
 #include "corral/prompt.h"
 #include "corral/sanitize.h"
+#include "corral/unicode.h"
 #include "testutil.h"
-#include "unicode.h" /* engine/src: the UCD General_Category table */
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -661,6 +662,17 @@ START_TEST(test_normalize_space_settings) {
          "\xe3\x80\x80"
          "full\xc2\xa0width\xe2\x80\x83space",
          "full width space"},
+        /* every space separator (Zs) is horizontal space, and \v \f; NEL (Cc) and ZWSP (Cf) not */
+        {"true", "true", "2",
+         "a\xe1\x9a\x80"
+         "b\xe2\x81\x9f"
+         "c\xc2\x85"
+         "d\xe2\x80\x8b"
+         "e\x0b\x0c"
+         "f",
+         "a b c\xc2\x85"
+         "d\xe2\x80\x8b"
+         "e f"},
         {"true", "true", "2", "   \n\t  ", ""},
     };
     for (size_t i = 0; i < N_OF(cases2); i++) {

@@ -1,5 +1,5 @@
 /*
- * test_status.c — Check suite for the status table (engine/include/corral/status.h): names,
+ * test_status.c — Check suite for the status table (base/include/corral/status.h): names,
  * descriptions and the wire enum in proto/corral.proto must agree row for row.
  */
 #include <check.h>
@@ -8,6 +8,7 @@
 
 #include "corral.pb-c.h"
 #include "corral/status.h"
+#include "corral/utf8.h"
 #include "testutil.h"
 
 START_TEST(test_round_trip_every_row) {
@@ -64,6 +65,36 @@ START_TEST(test_error_message_truncated_not_overflowed) {
 }
 END_TEST
 
+/* Messages leave the daemon as protobuf strings, which must be UTF-8: a character the limit would
+ * split is dropped whole, for each sequence length and each place the limit can fall in it. */
+START_TEST(test_error_message_cut_between_characters) {
+    static const char *const chars[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    for (size_t c = 0; c < sizeof chars / sizeof chars[0]; c++) {
+        const size_t clen = strlen(chars[c]);
+        for (size_t shift = 0; shift < clen; shift++) {
+            /* the character starts `shift` bytes before the last byte the record keeps */
+            const size_t pad = CORRAL_ERROR_MESSAGE_MAX - 2 - shift;
+            char text[2 * CORRAL_ERROR_MESSAGE_MAX];
+            memset(text, 'x', pad);
+            snprintf(text + pad, sizeof text - pad, "%s tail", chars[c]);
+            corral_error err;
+            corral_error_set(&err, CORRAL_FORMAT, "%s", text);
+            const size_t want = pad + (shift + 1 == clen ? clen : 0);
+            ck_assert_msg(strlen(err.message) == want, "length %zu, shift %zu: kept %zu, want %zu",
+                          clen, shift, strlen(err.message), want);
+            ck_assert_uint_eq(utf8_validate((const uint8_t *)err.message, strlen(err.message)),
+                              strlen(err.message));
+            /* the same through corral_error_prefix, which moves the character one byte on */
+            corral_error_set(&err, CORRAL_FORMAT, "%s", text + 2);
+            corral_error_prefix(&err, "p");
+            ck_assert_uint_eq(utf8_validate((const uint8_t *)err.message, strlen(err.message)),
+                              strlen(err.message));
+            ck_assert_uint_ge(strlen(err.message), CORRAL_ERROR_MESSAGE_MAX - 1 - 3);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_unknown_name_rejected) {
     corral_status st = CORRAL_OK;
     ck_assert_int_eq(corral_status_from_name("NO_SUCH_STATUS", &st), -1);
@@ -98,6 +129,7 @@ static Suite *status_suite(void) {
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_out_of_range_values);
     tcase_add_test(limits, test_error_message_truncated_not_overflowed);
+    tcase_add_test(limits, test_error_message_cut_between_characters);
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_test(errors, test_unknown_name_rejected);

@@ -21,10 +21,13 @@
 #include "corral/tokenizer.h"
 #include "testutil.h"
 
-/* White-box: the pre-tokenizers and the Unicode classes are checked on their own too, because
- * shared/vocab has no Llama 3, Qwen 2 or DeepSeek LLM vocabulary to check them end to end. */
+/* White-box: the pre-tokenizers, the Unicode classes and llama.cpp's reading of UTF-8 are checked
+ * on their own too, because shared/vocab has no Llama 3, Qwen 2 or DeepSeek LLM vocabulary to
+ * check them end to end. */
 #include "../../engine/src/pretokenize.h"
-#include "../../engine/src/unicode.h"
+#include "../../engine/src/tokenizer_impl.h"
+#include "corral/unicode.h"
+#include "corral/utf8.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -101,40 +104,9 @@ static char *decode(const tokenizer *t, const int32_t *ids, size_t n, uint32_t f
     return buf;
 }
 
-/* Strict UTF-8 validity (RFC 3629), written independently of the tokenizer. */
+/* Strict UTF-8 validity (the base codec, pinned byte for byte by unit.utf8). */
 static int utf8_valid(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = u[i];
-        size_t len;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (b < 0x80) {
-            i++;
-            continue;
-        } else if (b >= 0xC2 && b <= 0xDF) {
-            len = 2;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            len = 3;
-            lo = b == 0xE0 ? 0xA0 : 0x80;
-            hi = b == 0xED ? 0x9F : 0xBF;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            len = 4;
-            lo = b == 0xF0 ? 0x90 : 0x80;
-            hi = b == 0xF4 ? 0x8F : 0xBF;
-        } else {
-            return 0;
-        }
-        if (i + len > n || u[i + 1] < lo || u[i + 1] > hi) {
-            return 0;
-        }
-        for (size_t k = 2; k < len; k++) {
-            if (u[i + k] < 0x80 || u[i + k] > 0xBF) {
-                return 0;
-            }
-        }
-        i += len;
-    }
-    return 1;
+    return utf8_validate((const uint8_t *)s, n) == n;
 }
 
 static void print_escaped(FILE *fp, const char *s, size_t n) {
@@ -173,20 +145,14 @@ static int32_t *parse_ids(const char *s, size_t len, size_t *n) {
 
 /* GPT-2's byte -> code point table, written independently: printable Latin-1 bytes stand for
  * themselves, the others for U+0100 upwards in byte order. Writes the UTF-8 and returns its
- * length. */
-static size_t gpt2_byte_char(unsigned b, char out[2]) {
+ * length (at most 2: every code point is below U+0800). */
+static size_t gpt2_byte_char(unsigned b, char out[UTF8_SEQUENCE_MAX]) {
     unsigned extra = 0, cpt = 0;
     for (unsigned x = 0; x <= b; x++) {
         int printable = (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
         cpt = printable ? x : 0x100 + extra++;
     }
-    if (cpt < 0x80) {
-        out[0] = (char)cpt;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (cpt >> 6));
-    out[1] = (char)(0x80 | (cpt & 0x3F));
-    return 2;
+    return utf8_encode(cpt, (uint8_t *)out);
 }
 
 /* ---- the reference vectors ------------------------------------------------------------------- */
@@ -207,7 +173,7 @@ static int run_vectors(const vocab *v, const char *name, const char *inp_path, c
      * UTF-8 (each bad byte becomes U+FFFD). */
     int byte_has_token[256];
     for (unsigned b = 0; b < 256; b++) {
-        char c[2];
+        char c[UTF8_SEQUENCE_MAX];
         size_t l = gpt2_byte_char(b, c);
         byte_has_token[b] = tok_find_token(t, c, l) != TOK_NONE;
     }
@@ -346,7 +312,7 @@ static void check_split(pretok_kind kind, const char *text, const char *const *w
     size_t n = 0;
     for (size_t o = 0; o < len; n++) {
         offs[n] = o;
-        o += unicode_utf8_decode((const uint8_t *)text + o, len - o, &cpts[n]);
+        o += tok__utf8_decode((const uint8_t *)text + o, len - o, &cpts[n]);
         flags[n] = (uint16_t)unicode_cpt_flags(cpts[n]);
     }
     offs[n] = len;
@@ -437,20 +403,54 @@ START_TEST(test_unicode_classes) {
     ck_assert_uint_eq(unicode_cpt_flags(0x4E00), UNICODE_FLAG_LETTER); /* in a First/Last range */
     ck_assert_uint_eq(unicode_cpt_flags(0x10FFFF), UNICODE_FLAG_UNASSIGNED);
     ck_assert_uint_eq(unicode_cpt_flags(0x110000), UNICODE_FLAG_UNASSIGNED);
+}
+END_TEST
 
-    /* llama.cpp's lenient decoding: overlong and surrogate shapes decode, broken ones give U+FFFD
-     * for one byte */
-    uint32_t c;
-    ck_assert_uint_eq(unicode_utf8_decode((const uint8_t *)"\xc0\x80", 2, &c), 2);
-    ck_assert_uint_eq(c, 0);
-    ck_assert_uint_eq(unicode_utf8_decode((const uint8_t *)"\xed\xa0\x80", 3, &c), 3);
-    ck_assert_uint_eq(c, 0xD800);
-    ck_assert_uint_eq(unicode_utf8_decode((const uint8_t *)"\xe4\xbd", 2, &c), 1);
-    ck_assert_uint_eq(c, UNICODE_REPLACEMENT);
-    ck_assert_uint_eq(unicode_utf8_decode((const uint8_t *)"\xf7\xbf\xbf\xbf", 4, &c), 1);
-    ck_assert_uint_eq(c, UNICODE_REPLACEMENT);
-    ck_assert_uint_eq(unicode_utf8_decode((const uint8_t *)"\xf0\x9f\x99\x82", 4, &c), 4);
-    ck_assert_uint_eq(c, 0x1F642);
+/* llama.cpp's lenient reading of UTF-8 (tokenizer_impl.h, on the base codec's relaxations):
+ * overlong and surrogate shapes decode to their value and encode back, every other ill-formed
+ * byte is one U+FFFD; SPM symbols are cut by the lead byte's high nibble. */
+START_TEST(test_llama_utf8_reading) {
+    static const struct {
+        const char *s;
+        size_t len;     /* bytes consumed */
+        uint32_t cpt;   /* what they decode to */
+        const char *re; /* what tok__utf8_encode writes back */
+    } cases[] = {
+        {"\xc0\x80", 2, 0, "\x00"}, /* overlong U+0000, shortest form back */
+        {"\xc1\xbf", 2, 0x7F, "\x7f"},
+        {"\xe0\x80\xaf", 3, '/', "/"},
+        {"\xf0\x80\x80\x80", 4, 0, "\x00"},
+        {"\xed\xa0\x80", 3, 0xD800, "\xed\xa0\x80"}, /* a surrogate round-trips */
+        {"\xed\xbf\xbf", 3, 0xDFFF, "\xed\xbf\xbf"},
+        {"\xe4\xbd", 1, UTF8_REPLACEMENT, "\xef\xbf\xbd"},  /* truncated */
+        {"\xe4\xbdx", 1, UTF8_REPLACEMENT, "\xef\xbf\xbd"}, /* bad continuation */
+        {"\x80", 1, UTF8_REPLACEMENT, "\xef\xbf\xbd"},      /* stray continuation */
+        {"\xf7\xbf\xbf\xbf", 1, UTF8_REPLACEMENT, "\xef\xbf\xbd"},
+        {"\xf4\x90\x80\x80", 1, UTF8_REPLACEMENT, "\xef\xbf\xbd"}, /* above U+10FFFF */
+        {"\xf8\x88\x80\x80\x80", 1, UTF8_REPLACEMENT, "\xef\xbf\xbd"},
+        {"\xf0\x9f\x99\x82", 4, 0x1F642, "\xf0\x9f\x99\x82"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t c = 0;
+        const size_t n = strlen(cases[i].s);
+        ck_assert_uint_eq(tok__utf8_decode((const uint8_t *)cases[i].s, n, &c), cases[i].len);
+        ck_assert_uint_eq(c, cases[i].cpt);
+        uint8_t out[UTF8_SEQUENCE_MAX];
+        const size_t m = tok__utf8_encode(c, out);
+        const size_t want = strlen(cases[i].re) ? strlen(cases[i].re) : 1; /* "\x00" */
+        ck_assert_uint_eq(m, want);
+        ck_assert_mem_eq(out, cases[i].re, m);
+    }
+    uint8_t out[UTF8_SEQUENCE_MAX];
+    ck_assert_uint_eq(tok__utf8_encode(0x110000, out), 3); /* never produced; U+FFFD if asked */
+    ck_assert_mem_eq(out, "\xef\xbf\xbd", 3);
+    static const struct {
+        uint8_t lead;
+        size_t len;
+    } symbols[] = {{0x41, 1}, {0x80, 1}, {0xBF, 1}, {0xC0, 2}, {0xDF, 2}, {0xE0, 3},
+                   {0xEF, 3}, {0xF0, 4}, {0xF7, 4}, {0xF8, 4}, {0xFF, 4}};
+    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++)
+        ck_assert_uint_eq(tok__utf8_symbol_len(symbols[i].lead), symbols[i].len);
 }
 END_TEST
 
@@ -848,6 +848,31 @@ START_TEST(test_streaming_decoder_invalid) {
     ck_assert_mem_eq(s, "\xef\xbf\xbd", 3);
     tok_decoder_flush(d, &s, &n);
     ck_assert_uint_eq(n, 0);
+
+    /* One U+FFFD per maximal subpart across pieces, each byte its own byte token, in order (the
+     * decoder carries what a row leaves open into the next). */
+    static const struct {
+        const char *bytes, *last; /* fed one by one; what the last feed gives */
+    } subparts[] = {
+        {"\xe4\xbd"
+         "a",
+         "\xef\xbf\xbd"
+         "a"},                                    /* E4 BD is one subpart: one U+FFFD, not two */
+        {"\xe4\xe4", "\xef\xbf\xbd"},             /* a new lead byte ends the open sequence ... */
+        {"\xbd\xa0", "\xe4\xbd\xa0"},             /* ... and starts its own */
+        {"\xe0\x80", "\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong: E0 alone, then the stray 80 */
+    };
+    for (size_t i = 0; i < sizeof subparts / sizeof subparts[0]; i++) {
+        for (const char *b = subparts[i].bytes; *b; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", (unsigned char)*b);
+            const int32_t id = tok_find_token(t, name, 6);
+            ck_assert_msg(id >= 0, "no byte token %s", name);
+            ck_assert_int_eq(tok_decoder_feed(d, id, &s, &n, &err), CORRAL_OK);
+        }
+        ck_assert_uint_eq(n, strlen(subparts[i].last));
+        ck_assert_mem_eq(s, subparts[i].last, n);
+    }
 
     /* a bad id changes nothing */
     ck_assert_int_eq(tok_decoder_feed(d, e4, &s, &n, &err), CORRAL_OK);
@@ -1269,6 +1294,7 @@ static Suite *tokenizer_suite(void) {
     tcase_add_test(core, test_reference_vectors);
     tcase_add_test(core, test_pretokenizer_splits);
     tcase_add_test(core, test_unicode_classes);
+    tcase_add_test(core, test_llama_utf8_reading);
     tcase_add_test(core, test_stories_prompt_and_generation);
     tcase_add_test(core, test_parse_special_spm);
     tcase_add_test(core, test_parse_special_bpe);

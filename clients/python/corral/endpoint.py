@@ -1,5 +1,5 @@
 """The default endpoint, computed exactly as the daemon and the C client do
-(engine/src/endpoint.c): ``$CORRAL_ENDPOINT``, else ``ipc://$XDG_RUNTIME_DIR/corral/corral.sock``,
+(base/src/endpoint.c): ``$CORRAL_ENDPOINT``, else ``ipc://$XDG_RUNTIME_DIR/corral/corral.sock``,
 else ``ipc:///tmp/corral-$UID/corral.sock``."""
 
 from __future__ import annotations

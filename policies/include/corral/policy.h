@@ -22,7 +22,7 @@
  * the call; a callback never frees what it did not allocate. `init` and `destroy` run on one
  * thread; `sanitize` may run on several threads at once over the same instance (it must not
  * modify the instance without its own locking); gen_* calls for one generation come from one
- * thread at a time. Status values are corral's (engine/include/corral/status.h): 0 is success,
+ * thread at a time. Status values are corral's (base/include/corral/status.h): 0 is success,
  * negative values are errors; the ones a plugin typically returns are repeated below.
  */
 #ifndef CORRAL_POLICY_ABI_

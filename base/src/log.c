@@ -98,6 +98,26 @@ static void lb_printf(line_buf *b, const char *fmt, ...) {
     lb_puts(b, tmp);
 }
 
+const char *log_escape_byte(uint8_t c, char buf[LOG_ESCAPE_MAX]) {
+    switch (c) {
+        case '"':
+            return "\\\"";
+        case '\\':
+            return "\\\\";
+        case '\n':
+            return "\\n";
+        case '\r':
+            return "\\r";
+        case '\t':
+            return "\\t";
+        default:
+            break;
+    }
+    if (c >= 0x20 && c != 0x7f) return NULL;
+    snprintf(buf, LOG_ESCAPE_MAX, "\\x%02x", c);
+    return buf;
+}
+
 static int needs_quotes(const char *s) {
     if (!*s) return 1;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -114,28 +134,12 @@ static void lb_put_value(line_buf *b, const char *s) {
     }
     lb_putc(b, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-            case '"':
-                lb_puts(b, "\\\"");
-                break;
-            case '\\':
-                lb_puts(b, "\\\\");
-                break;
-            case '\n':
-                lb_puts(b, "\\n");
-                break;
-            case '\r':
-                lb_puts(b, "\\r");
-                break;
-            case '\t':
-                lb_puts(b, "\\t");
-                break;
-            default:
-                if (*p < 0x20 || *p == 0x7f)
-                    lb_printf(b, "\\x%02x", *p);
-                else
-                    lb_putc(b, (char)*p);
-        }
+        char hex[LOG_ESCAPE_MAX];
+        const char *esc = log_escape_byte(*p, hex);
+        if (esc)
+            lb_puts(b, esc);
+        else
+            lb_putc(b, (char)*p);
     }
     lb_putc(b, '"');
 }

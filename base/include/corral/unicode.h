@@ -1,11 +1,12 @@
 /*
- * unicode.h — the little Unicode the tokenizer needs: UTF-8 decoding and encoding, and the class
- * of a code point (letter, number, punctuation, ..., white space) as llama.cpp's pre-tokenizers
- * see it. Internal to the engine.
+ * unicode.h — corral's one Unicode table: the General_Category and White_Space of every code
+ * point, and the classes llama.cpp's pre-tokenizers see (letter, number, punctuation, ..., white
+ * space). The tokenizer splits text by these classes; the invisible sanitizer removes the
+ * control, format and private-use characters (Cc, Cf, Co) they name.
  *
- * Classes come from two tables generated from the Unicode Character Database by
- * scripts/gen-unicode-tables (unicode_tables.c, committed): the General_Category of every code
- * point as runs, and the White_Space property. Lookups are binary searches over ~4000 runs.
+ * Both come from two tables generated from the Unicode Character Database by
+ * scripts/gen-unicode-tables (base/src/unicode_tables.c, committed): the General_Category of every
+ * code point as runs, and the White_Space property. Lookups are binary searches over ~4000 runs.
  * Everything here is pure and thread-safe.
  */
 #ifndef CORRAL_UNICODE_H
@@ -13,9 +14,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define UNICODE_MAX_CODEPOINT 0x10FFFFu
-#define UNICODE_REPLACEMENT   0xFFFDu
 
 /* General_Category values. The generator writes the table with these names, so the order here
  * is free; it is append-only anyway. */
@@ -77,20 +75,6 @@ uint32_t unicode_cpt_flags(uint32_t cpt);
 /* 1 if cpt has the White_Space property. */
 int unicode_cpt_is_whitespace(uint32_t cpt);
 
-/* The length a UTF-8 sequence claims from its first byte, judged by the high nibble only:
- * 0x00-0xBF give 1 (so a stray continuation byte stands alone), 0xC0-0xDF 2, 0xE0-0xEF 3,
- * 0xF0-0xFF 4. This is how llama.cpp cuts text into symbols before merging. */
-size_t unicode_utf8_lead_len(uint8_t lead);
-
-/* Decode one code point from s[0..n) (n >= 1) the way llama.cpp does: a well-formed 1-4 byte
- * shape gives its value (overlong forms and surrogates are accepted, as there); anything else —
- * a stray continuation byte, a truncated sequence, a bad continuation, a lead byte 0xF8-0xFF, or
- * a value above U+10FFFF — gives U+FFFD and consumes one byte. Returns the bytes consumed. */
-size_t unicode_utf8_decode(const uint8_t *s, size_t n, uint32_t *cpt);
-
-/* Encode cpt (<= U+10FFFF; anything above is encoded as U+FFFD) into out. Returns 1-4. */
-size_t unicode_utf8_encode(uint32_t cpt, uint8_t out[4]);
-
 /* ---- generated tables (unicode_tables.c) ----------------------------------------------------- */
 
 typedef struct unicode_gc_run {
@@ -107,5 +91,9 @@ extern const size_t unicode_gc_run_count;
 extern const unicode_gc_run unicode_gc_runs[]; /* sorted by start; runs[0].start == 0 */
 extern const size_t unicode_white_space_count;
 extern const unicode_range unicode_white_space[]; /* sorted, disjoint */
+
+/* 1 if cpt lies in one of the n sorted, disjoint ranges r[0..n): a binary search. For the
+ * generated White_Space table and for hand-made sets such as the pre-tokenizers' regex classes. */
+int unicode_in_ranges(const unicode_range *r, size_t n, uint32_t cpt);
 
 #endif /* CORRAL_UNICODE_H */

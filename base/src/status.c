@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "corral/utf8.h"
+
 typedef struct status_entry {
     int value;
     const char *name;
@@ -51,32 +53,44 @@ int corral_status_from_name(const char *name, corral_status *out) {
     return -1;
 }
 
+/* A message is composed with room for the few bytes past the record's limit that tell whether a
+ * character straddles it; error_store then cuts before such a character, so that a long message
+ * still leaves the daemon as valid UTF-8. */
+#define ERROR_TEXT_MAX (CORRAL_ERROR_MESSAGE_MAX + UTF8_SEQUENCE_MAX - 1)
+
+static void error_store(corral_error *err, const char *text, size_t len) {
+    const size_t n = utf8_cut((const uint8_t *)text, len, sizeof err->message - 1);
+    memcpy(err->message, text, n);
+    err->message[n] = '\0';
+}
+
 corral_status corral_error_set(corral_error *err, corral_status status, const char *fmt, ...) {
     if (!err) return status;
     err->status = status;
+    char text[ERROR_TEXT_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    const int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    error_store(err, text, n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
     return status;
 }
 
 corral_status corral_error_prefix(corral_error *err, const char *fmt, ...) {
     if (!err) return CORRAL_OK;
-    char joined[CORRAL_ERROR_MESSAGE_MAX];
+    char joined[ERROR_TEXT_MAX];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(joined, sizeof joined, fmt, ap);
     va_end(ap);
     size_t len = n < 0 ? 0 : (size_t)n;
     if (len > sizeof joined - 1) len = sizeof joined - 1;
-    /* Append ": " and the old message, cutting whatever does not fit. */
+    /* Append ": " and the old message, as much as the buffer holds. */
     const char *parts[2] = {": ", err->message};
     for (int i = 0; i < 2; i++) {
         for (const char *p = parts[i]; *p && len < sizeof joined - 1; p++) joined[len++] = *p;
     }
-    joined[len] = '\0';
-    memcpy(err->message, joined, len + 1);
+    error_store(err, joined, len);
     return err->status;
 }
 

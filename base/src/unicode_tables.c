@@ -4,10 +4,10 @@
  * Source: the Unicode Character Database, version 15.0.0, as installed by Debian's
  * `unicode-data` package: /usr/share/unicode/UnicodeData.txt (General_Category) and
  * /usr/share/unicode/PropList.txt (White_Space). Regenerate with
- *     scripts/gen-unicode-tables > engine/src/unicode_tables.c
- * engine/src/unicode.c reads these tables; see unicode.h for their meaning.
+ *     scripts/gen-unicode-tables > base/src/unicode_tables.c
+ * base/src/unicode.c reads these tables; see corral/unicode.h for their meaning.
  */
-#include "unicode.h"
+#include "corral/unicode.h"
 
 const char unicode_tables_version[] = "15.0.0";
 

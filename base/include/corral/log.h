@@ -90,6 +90,12 @@ void log_write(log_level level, const char *msg, ...);
 size_t log_format(char *buf, size_t size, int64_t unix_ms, log_level level, const char *msg,
                   const log_field *fields);
 
+/* How a quoted value spells byte c: \" \\ \n \r \t, \xhh for the other control bytes and DEL, or
+ * NULL when c stands for itself (every other byte, UTF-8 included). buf receives the \xhh form.
+ * Exposed so that other one-line quoting (gguf's value printer) spells bytes the same way. */
+#define LOG_ESCAPE_MAX 5
+const char *log_escape_byte(uint8_t c, char buf[LOG_ESCAPE_MAX]);
+
 /* Direct records to a file descriptor other than stderr (tests). Returns the previous one. */
 int log_set_fd(int fd);
 

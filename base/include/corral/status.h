@@ -62,13 +62,14 @@ typedef struct corral_error {
 } corral_error;
 
 /* Fill *err (which may be NULL: then only the status is returned) with status and a printf-style
- * message, truncated to fit. Returns status, so that `return corral_error_set(err, ...)` reads
- * naturally. */
+ * message, truncated to fit (never inside a UTF-8 character, so a message cut from valid text
+ * stays valid). Returns status, so that `return corral_error_set(err, ...)` reads naturally. */
 corral_status corral_error_set(corral_error *err, corral_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Prepend printf-style context and ": " to an error's message ("model stories: <message>"),
- * keeping its status. NULL-safe. Returns err->status (CORRAL_OK for NULL). */
+ * keeping its status; what does not fit is cut as corral_error_set cuts. NULL-safe. Returns
+ * err->status (CORRAL_OK for NULL). */
 corral_status corral_error_prefix(corral_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
