@@ -492,6 +492,7 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
     j->req = creq;
     q->stream = j->req.kind == CORE_GENERATE && j->req.generate.stream;
     j->id = req->id;
+    /* The app name was checked to fit (the check above): copied whole. */
     snprintf(j->app, sizeof j->app, "%s", req->app);
     j->received_us = mono_us();
     if (j->req.kind == CORE_GENERATE && j->req.generate.deadline_ms)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/utf8.h"
 #include "mem.h"
 
 /* Initial capacities: a token's text is rarely over a few dozen bytes, and a streamed job's
@@ -221,10 +222,14 @@ void job_emit_done(job *j, const core_done *done) {
 }
 
 void job_emit_error(job *j, corral_status code, const char *fmt, ...) {
+    /* Messages echo client bytes (names, text): whatever they hold, what leaves is UTF-8. */
+    char raw[CORRAL_ERROR_MESSAGE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(j->error_message, sizeof j->error_message, fmt, ap);
+    const int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    const size_t len = n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1;
+    utf8_escape(j->error_message, sizeof j->error_message, (const uint8_t *)raw, len);
     j->error_code = code;
     emit_final(j, JOB_FINAL_ERROR);
 }

@@ -151,7 +151,8 @@ void job_emit_text(job *j, const char *text, size_t len, int32_t id);
 void job_emit_progress(job *j, uint32_t done, uint32_t total);
 
 /* Final events: after any of them the core must not touch j again. job_emit_done takes ownership
- * of done->sanitizer_report; job_emit_reply of reply. */
+ * of done->sanitizer_report; job_emit_reply of reply. An error's message is always valid UTF-8:
+ * ill-formed bytes (a client's name echoed in it) are written as \xhh. */
 void job_emit_done(job *j, const core_done *done);
 void job_emit_error(job *j, corral_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
