@@ -238,7 +238,7 @@ constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "constraint: out of memory");
         return NULL;
     }
-    if (regex__compile(pattern, len, 0, &c->dfa, err) != CORRAL_OK) {
+    if (regex__compile(pattern, len, 0, &c->dfa, NULL, err) != CORRAL_OK) {
         free(c);
         return NULL;
     }

@@ -70,7 +70,7 @@ static int regex_init(const corral_policy_kv *kv, size_t n, void **instance, cha
      * token masks are built per model when a generation needs them. */
     regex_dfa dfa;
     corral_error err;
-    if (regex__compile(pattern, strlen(pattern), 0, &dfa, &err) != CORRAL_OK) {
+    if (regex__compile(pattern, strlen(pattern), 0, &dfa, NULL, &err) != CORRAL_OK) {
         snprintf(msg, cap, "%s", err.message);
         return (int)err.status;
     }

@@ -20,8 +20,8 @@
  * the byte sequences of its code points), so every string it accepts is valid UTF-8. Bytes are
  * grouped into classes that the automaton cannot tell apart, so a table row is n_classes wide.
  * Construction: parse to a tree, Thompson NFA over byte ranges, subset construction, removal of
- * the states from which no accepting state can be reached, Moore partition refinement, merge of
- * equal byte classes, breadth-first renumbering (state 0 is the start).
+ * the states from which no accepting state can be reached, Hopcroft's partition refinement, merge
+ * of equal byte classes, breadth-first renumbering (state 0 is the start).
  */
 #ifndef CORRAL_POLICIES_REGEX_H
 #define CORRAL_POLICIES_REGEX_H
@@ -31,12 +31,43 @@
 
 #include "corral/status.h"
 
-/* Limits, checked before the work they bound. */
-#define REGEX_MAX_PATTERN    8192   /* bytes of pattern */
-#define REGEX_MAX_REPEAT     1000   /* largest m or n in {m,n} */
-#define REGEX_MAX_DEPTH      128    /* nesting of groups */
-#define REGEX_MAX_NFA_STATES 200000 /* after repetitions are expanded */
-#define REGEX_MAX_DFA_STATES 10000  /* before minimisation */
+/* The compile budget. Patterns come from untrusted clients, and a short one can ask for an
+ * automaton of any size (`((a|b){0,12}){0,1000}` is 21 bytes), so every stage is bounded, each
+ * limit checked before the work or the allocation it bounds. Over one, the compile fails with
+ * CORRAL_RESOURCE_EXHAUSTED and a message naming the limit, and the construct and its offset
+ * where one construct is to blame. Together they hold any pattern to some 50 ms of CPU and
+ * 32 MiB (with a lot of headroom left for the patterns of a typical schema).
+ *   REGEX_MAX_PATTERN       the text: 8 KiB is far above any schema-like pattern.
+ *   REGEX_MAX_REPEAT        one count of {m,n}: each count is a copy of its atom; 1000 covers
+ *                           `[A-Za-z ]{1,200}`-like fields with room.
+ *   REGEX_MAX_DEPTH         nesting of groups: bounds the parser's recursion, not the work.
+ *   REGEX_MAX_NFA_STATES    the Thompson NFA once {m,n} are expanded into copies. A repetition
+ *   REGEX_MAX_NFA_EDGES     builds its body once and checks all its copies against these before
+ *                           making any, so `((a{100}){100}){100}` fails at the outer {100} with
+ *                           nothing allocated for it. Typical patterns need a few thousand.
+ *   REGEX_MAX_DFA_STATES    states made by the subset construction (before minimisation): bounds
+ *                           the table, and with it the later stages. `(a|b)*a(a|b){20}` needs 2^21.
+ *   REGEX_MAX_COMPILE_WORK  steps, a deterministic stand-in for time: the NFA states and epsilon
+ *                           edges the closures visit, the states they sort, the (edge, byte class)
+ *                           pairs of the transitions, and the table cells the later stages read
+ *                           and write. It is what stops a pattern whose DFA is small but whose
+ *                           subsets are large (a nullable body repeated: `((a|b){0,12}){0,1000}`
+ *                           would visit some 10^9 NFA states). A step is 1-3 ns of CPU here, so
+ *                           the limit is 20-50 ms; the typical patterns in the tests take < 30%.
+ *   REGEX_MAX_COMPILE_BYTES bytes the compile holds at once, the finished DFA included: every
+ *                           allocation goes through the compiler's helper, which counts them
+ *                           and refuses one that would pass the limit. An 8 KiB literal of text
+ *                           over most byte values (the widest table a pattern can ask for without
+ *                           hitting the other limits) needs about 17 MiB.
+ */
+#define REGEX_MAX_PATTERN       8192          /* bytes of pattern */
+#define REGEX_MAX_REPEAT        1000          /* largest m or n in {m,n} */
+#define REGEX_MAX_DEPTH         128           /* nesting of groups */
+#define REGEX_MAX_NFA_STATES    200000        /* after repetitions are expanded */
+#define REGEX_MAX_NFA_EDGES     800000        /* likewise */
+#define REGEX_MAX_DFA_STATES    10000         /* before minimisation */
+#define REGEX_MAX_COMPILE_WORK  20000000ull   /* steps */
+#define REGEX_MAX_COMPILE_BYTES (32ull << 20) /* held at once */
 
 /* A transition to nowhere: the input can no longer match. */
 #define REGEX_DEAD (-1)
@@ -57,13 +88,24 @@ typedef struct regex_dfa {
     uint8_t *final;          /* [n_states]: accepting with no transition at all */
 } regex_dfa;
 
+/* What a compile cost, against the limits above: filled whether or not it succeeds. */
+typedef struct regex_stats {
+    uint32_t nfa_states, nfa_edges; /* the NFA as far as it was built */
+    uint32_t dfa_states;            /* made by the subset construction, before minimisation */
+    uint64_t work;                  /* steps, <= REGEX_MAX_COMPILE_WORK */
+    uint64_t peak_bytes;            /* most bytes held at once, <= REGEX_MAX_COMPILE_BYTES */
+} regex_stats;
+
 /* Compile pattern[0..len) with flags into *out (zeroed first; free with regex__free). Returns
  * CORRAL_OK; CORRAL_INVALID_ARGUMENT for a syntax error, an unsupported construct or a pattern
  * that matches nothing, the message naming it and its byte offset ("backreferences are not
- * supported (\1 at offset 4)"); CORRAL_RESOURCE_EXHAUSTED when a limit above is exceeded;
- * CORRAL_OUT_OF_MEMORY. Thread-safe. */
+ * supported (\1 at offset 4)"); CORRAL_RESOURCE_EXHAUSTED when a limit above is reached, the
+ * message naming the limit ("... (limit REGEX_MAX_DFA_STATES)"); CORRAL_OUT_OF_MEMORY. stats, if
+ * not NULL, receives the costs (on failure too). Time and memory are linear in the pattern's
+ * length for a pattern without repetitions, and bounded by the limits for any pattern.
+ * Thread-safe. */
 corral_status regex__compile(const char *pattern, size_t len, uint32_t flags, regex_dfa *out,
-                             corral_error *err);
+                             regex_stats *stats, corral_error *err);
 
 /* Free what regex__compile allocated and zero *d. NULL-safe. */
 void regex__free(regex_dfa *d);

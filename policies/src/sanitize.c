@@ -417,7 +417,7 @@ static int deny_init(const corral_policy_kv *kv, size_t n, void **instance, char
         c->rules[i].name = strdup(name);
         c->n = i + 1;
         if (!c->rules[i].name ||
-            regex__compile(v, vlen, flags, &c->rules[i].dfa, &err) != CORRAL_OK) {
+            regex__compile(v, vlen, flags, &c->rules[i].dfa, NULL, &err) != CORRAL_OK) {
             const int rc = c->rules[i].name ? (int)err.status : CORRAL_POLICY_OUT_OF_MEMORY;
             fail(msg, cap, "deny: rule '%s': %s", name,
                  c->rules[i].name ? err.message : "out of memory");

@@ -2,6 +2,7 @@
  * constraint.c — benchmark of regex-constrained output (policies/include/corral/constraint.h).
  *
  *   build/tests/bench/constraint [--vocab FILE.gguf] [--model FILE.gguf] [--tokens N] [--reps R]
+ *   build/tests/bench/constraint --compile
  *
  * --model: the model for the decode measurement; when the file does not exist, the synthetic
  * model is written there and kept for the next run.
@@ -18,8 +19,14 @@
  *      once warm (the sets cached, as for every later request);
  *   4. decode speed with and without a constraint on a synthetic model with the same 32000-token
  *      vocabulary (default: SmolLM2-135M's shape, Q8_0, written to a temporary file; or --model),
- *      median of R runs of N tokens; the constrained runs use a pattern that keeps generating.
- * Timing uses CLOCK_MONOTONIC; nothing here is run by the tests.
+ *      median of R runs of N tokens; the constrained runs use a pattern that keeps generating;
+ *   5. (alone with --compile) the compile budget: for hostile patterns (nested counted
+ *      repetitions, DFA blow-ups, huge classes repeated, 8 KiB of nesting, of alternatives, of
+ *      literal text) and literals of 1-8 KiB, as a constraint and as a deny rule (REGEX_SEARCH):
+ *      the outcome (the limit hit), wall and CPU time (median of 5), the compile's own counters
+ *      (steps, peak bytes held) and the DFA's size.
+ * Timing uses CLOCK_MONOTONIC (and CLOCK_PROCESS_CPUTIME_ID for CPU time); nothing here is run by
+ * the tests.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +42,7 @@
 #include "corral/synth.h"
 #include "corral/threadpool.h"
 #include "benchutil.h"
+#include "regex.h" /* policies/src: the compile's limits and counters */
 
 static const char *const corpus[] = {
     "\\d{4}-\\d{2}-\\d{2}",
@@ -256,6 +264,160 @@ static decode_run decode(model *m, threadpool *pool, constraint *c, uint32_t n_t
     return out;
 }
 
+/* ---- compile budget ---------------------------------------------------------------------- */
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Pattern texts built to a length; each returns the length written into buf. */
+static size_t gen_text(char *buf, size_t n) { /* prose without metacharacters */
+    static const char words[] = "the quick brown fox jumps over the lazy dog, 0123456789; ";
+    for (size_t i = 0; i < n; i++) buf[i] = words[(i * 7 + i / 57) % (sizeof words - 1)];
+    return n;
+}
+
+static size_t gen_words(char *buf, size_t n) { /* six-letter words joined by '|' */
+    size_t len = 0;
+    for (uint32_t i = 0;; i++) {
+        uint32_t v = i * 7919u + 13u;
+        if (len + (i ? 7 : 6) > n) break;
+        if (i) buf[len++] = '|';
+        for (int k = 0; k < 6; k++, v /= 26) buf[len++] = (char)('a' + v % 26);
+    }
+    return len;
+}
+
+static size_t gen_class(char *buf, size_t n) { /* [\u0100\u0103...]{1000} */
+    size_t len = 0;
+    buf[len++] = '[';
+    for (uint32_t i = 0; len + 7 + 7 < n; i++)
+        len += (size_t)snprintf(buf + len, 8, "\\u%04X", 0x100u + 3u * i);
+    memcpy(buf + len, "]{1000}", 7);
+    return len + 7;
+}
+
+static size_t gen_nested(char *buf, size_t n, const char *q) { /* ((((a)q)q)q...) to the limit */
+    const size_t d = REGEX_MAX_DEPTH, ql = strlen(q), one = d + 1 + d * (1 + ql);
+    size_t len = 0;
+    while (len + one <= n) {
+        memset(buf + len, '(', d);
+        len += d;
+        buf[len++] = 'a';
+        for (size_t i = 0; i < d; i++) {
+            buf[len++] = ')';
+            memcpy(buf + len, q, ql);
+            len += ql;
+        }
+    }
+    return len;
+}
+
+static void bench_compile(void) {
+    enum { LIT, SAME, WORDS, CLASS, NEST, NEST2 };
+    static const struct {
+        const char *name; /* the pattern itself when gen < 0 */
+        int gen;
+        size_t len;
+    } rows[] = {
+        {"((a|b){0,12}){0,1000}", -1, 0},
+        {"((a{0,100}){0,100}){0,100}", -1, 0},
+        {"(.*a){20}", -1, 0},
+        {".*a.{20}", -1, 0},
+        {"(a|b)*a(a|b){20}", -1, 0},
+        {"[\\s\\S]{1000}", -1, 0},
+        {"(.?){1000}", -1, 0},
+        {"(a?){1000}", -1, 0},
+        {"[A-Za-z ]{1,200}", -1, 0},
+        {"8 KiB class [\\u0100\\u0103...]{1000}", CLASS, 8192},
+        {"8 KiB of groups 128 deep, ((a){2}){2}...", NEST2, 8192},
+        {"8 KiB of groups 128 deep, ((a)*)*...", NEST, 8192},
+        {"8 KiB of alternatives word|word|...", WORDS, 8192},
+        {"8 KiB of one byte, aaa...", SAME, 8192},
+        {"1 KiB literal", LIT, 1024},
+        {"2 KiB literal", LIT, 2048},
+        {"4 KiB literal", LIT, 4096},
+        {"8 KiB literal", LIT, 8192},
+    };
+    char *buf = malloc(REGEX_MAX_PATTERN + 64);
+    printf("## regex compile budget\n\nlimits: %d NFA states, %d DFA states, %llu steps, %llu MiB; "
+           "time: median of 5 compiles\n\n",
+           REGEX_MAX_NFA_STATES, REGEX_MAX_DFA_STATES, (unsigned long long)REGEX_MAX_COMPILE_WORK,
+           (unsigned long long)(REGEX_MAX_COMPILE_BYTES >> 20));
+    printf("| pattern | bytes | as | outcome | wall ms | CPU ms | steps | peak MiB | DFA states "
+           "(made, if refused) "
+           "|\n|---|---|---|---|---|---|---|---|---|\n");
+    double worst_wall = 0, worst_cpu = 0, worst_mib = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        size_t len;
+        switch (rows[r].gen) {
+            case LIT:
+                len = gen_text(buf, rows[r].len);
+                break;
+            case SAME:
+                len = rows[r].len;
+                memset(buf, 'a', len);
+                break;
+            case WORDS:
+                len = gen_words(buf, rows[r].len);
+                break;
+            case CLASS:
+                len = gen_class(buf, rows[r].len);
+                break;
+            case NEST:
+            case NEST2:
+                len = gen_nested(buf, rows[r].len, rows[r].gen == NEST ? "*" : "{2}");
+                break;
+            default:
+                len = strlen(rows[r].name);
+                memcpy(buf, rows[r].name, len);
+        }
+        for (int search = 0; search < 2; search++) {
+            double wall[5], cpu[5];
+            regex_stats st;
+            corral_error err;
+            corral_status rc = CORRAL_OK;
+            uint32_t n_states = 0;
+            for (int i = 0; i < 5; i++) {
+                regex_dfa d;
+                const double w0 = now_s(), c0 = cpu_s();
+                rc = regex__compile(buf, len, search ? REGEX_SEARCH : 0, &d, &st, &err);
+                cpu[i] = cpu_s() - c0;
+                wall[i] = now_s() - w0;
+                n_states = rc == CORRAL_OK ? d.n_states : 0;
+                regex__free(&d);
+            }
+            const double w = quantile(wall, 5, 0.5), c = quantile(cpu, 5, 0.5);
+            const double mib = (double)st.peak_bytes / (1 << 20);
+            worst_wall = w > worst_wall ? w : worst_wall;
+            worst_cpu = c > worst_cpu ? c : worst_cpu;
+            worst_mib = mib > worst_mib ? mib : worst_mib;
+            const char *limit = rc == CORRAL_OK ? NULL : strstr(err.message, "REGEX_MAX_");
+            char outcome[48];
+            if (rc == CORRAL_OK) {
+                snprintf(outcome, sizeof outcome, "compiles");
+            } else {
+                snprintf(outcome, sizeof outcome, "%s", limit ? limit : corral_status_name(rc));
+                outcome[strcspn(outcome, ";)")] = '\0';
+            }
+            printf("| ");
+            if (rows[r].gen < 0) {
+                print_code(rows[r].name);
+            } else {
+                printf("%s", rows[r].name);
+            }
+            printf(" | %zu | %s | %s | %.2f | %.2f | %llu | %.1f | %u |\n", len,
+                   search ? "deny" : "constraint", outcome, 1e3 * w, 1e3 * c,
+                   (unsigned long long)st.work, mib, n_states ? n_states : st.dfa_states);
+        }
+    }
+    printf("\nworst: %.1f ms wall, %.1f ms CPU, %.1f MiB held\n\n", 1e3 * worst_wall,
+           1e3 * worst_cpu, worst_mib);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     const char *shared = getenv("CORRAL_SHARED_DIR");
     char vocab_path[1024];
@@ -272,9 +434,12 @@ int main(int argc, char **argv) {
             n_tokens = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--compile")) {
+            bench_compile();
+            return 0;
         } else {
             fprintf(stderr, "usage: constraint [--vocab FILE.gguf] [--model FILE.gguf] "
-                            "[--tokens N] [--reps R]\n");
+                            "[--tokens N] [--reps R] | --compile\n");
             return 2;
         }
     }

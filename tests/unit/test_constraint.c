@@ -30,6 +30,7 @@
 #include "corral/prompt.h"
 #include "corral/synth.h"
 #include "corral/utf8.h"
+#include "regex.h" /* policies/src: the compiler's limits and cost counters */
 #include "testutil.h"
 
 #ifdef CORRAL_SANITIZE
@@ -410,9 +411,12 @@ START_TEST(test_unsupported_and_bad_syntax_named) {
         {"a\xff", "invalid UTF-8", CORRAL_INVALID_ARGUMENT},
         {"[]", "matches nothing", CORRAL_INVALID_ARGUMENT},
         {"a[^\\s\\S]b", "matches nothing", CORRAL_INVALID_ARGUMENT},
-        {"a{1001}", "limit of 1000", CORRAL_RESOURCE_EXHAUSTED},
-        {"(a|b)*a(a|b){20}", "more than 10000 states", CORRAL_RESOURCE_EXHAUSTED},
-        {"((((a{1000}){1000})))", "too large", CORRAL_RESOURCE_EXHAUSTED},
+        {"a{1001}", "limit of 1000 (REGEX_MAX_REPEAT)", CORRAL_RESOURCE_EXHAUSTED},
+        {"(a|b)*a(a|b){20}", "more than 10000 states (limit REGEX_MAX_DFA_STATES)",
+         CORRAL_RESOURCE_EXHAUSTED},
+        {"((((a{1000}){1000})))", "too large: the repetition {1000} at offset 12",
+         CORRAL_RESOURCE_EXHAUSTED},
+        {"((a|b){0,12}){0,1000}", "(limit REGEX_MAX_COMPILE_WORK)", CORRAL_RESOURCE_EXHAUSTED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         corral_error err;
@@ -430,11 +434,11 @@ START_TEST(test_unsupported_and_bad_syntax_named) {
     corral_error err;
     ck_assert_ptr_null(constraint_compile(ix, deep, sizeof deep, &err));
     ck_assert_int_eq(err.status, CORRAL_RESOURCE_EXHAUSTED);
-    ck_assert_ptr_nonnull(strstr(err.message, "nested deeper"));
+    ck_assert_ptr_nonnull(strstr(err.message, "nested deeper than 128 (limit REGEX_MAX_DEPTH)"));
     char *longp = malloc(9000);
     memset(longp, 'a', 9000);
     ck_assert_ptr_null(constraint_compile(ix, longp, 9000, &err));
-    ck_assert_ptr_nonnull(strstr(err.message, "limit is 8192"));
+    ck_assert_ptr_nonnull(strstr(err.message, "limit is 8192 (REGEX_MAX_PATTERN)"));
     free(longp);
     constraint_index_destroy(&ix);
     tok_destroy(&t);
@@ -889,6 +893,357 @@ START_TEST(test_bad_arguments) {
 }
 END_TEST
 
+/* ---- the compile budget ---------------------------------------------------------------------- */
+
+/* Pattern texts too long to write out, built into buf (at least REGEX_MAX_PATTERN + 1 bytes);
+ * each returns its length. */
+
+/* n bytes of prose with no metacharacters: a literal. */
+static size_t gen_text(char *buf, size_t n) {
+    static const char words[] = "the quick brown fox jumps over the lazy dog, 0123456789; ";
+    for (size_t i = 0; i < n; i++) buf[i] = words[(i * 7 + i / 57) % (sizeof words - 1)];
+    return n;
+}
+
+/* n bytes of 'a': a literal that is its own longest border (the worst case for a search). */
+static size_t gen_same(char *buf, size_t n) {
+    memset(buf, 'a', n);
+    return n;
+}
+
+/* Up to n bytes of six-letter words joined by '|'. */
+static size_t gen_words(char *buf, size_t n) {
+    size_t len = 0;
+    for (uint32_t i = 0;; i++) {
+        uint32_t v = i * 7919u + 13u;
+        if (len + (i ? 7 : 6) > n) break;
+        if (i) buf[len++] = '|';
+        for (int k = 0; k < 6; k++, v /= 26) buf[len++] = (char)('a' + v % 26);
+    }
+    return len;
+}
+
+/* A class of up to n bytes of separate code points \uXXXX, then `tail` (a quantifier). */
+static size_t gen_class(char *buf, size_t n, const char *tail) {
+    size_t len = 0;
+    buf[len++] = '[';
+    for (uint32_t i = 0; len + 7 + strlen(tail) < n; i++)
+        len += (size_t)snprintf(buf + len, 8, "\\u%04X", 0x100u + 3u * i);
+    buf[len++] = ']';
+    memcpy(buf + len, tail, strlen(tail));
+    return len + strlen(tail);
+}
+
+/* Groups nested as deep as allowed around "a", each with quantifier q, repeated up to n bytes. */
+static size_t gen_nested(char *buf, size_t n, const char *q) {
+    const size_t d = REGEX_MAX_DEPTH, ql = strlen(q), one = d + 1 + d * (1 + ql);
+    size_t len = 0;
+    while (len + one <= n) {
+        memset(buf + len, '(', d);
+        len += d;
+        buf[len++] = 'a';
+        for (size_t i = 0; i < d; i++) {
+            buf[len++] = ')';
+            memcpy(buf + len, q, ql);
+            len += ql;
+        }
+    }
+    return len;
+}
+
+/* The counters never pass their limits, whatever happened. */
+static void expect_within_limits(const regex_stats *st, const char *what) {
+    EXPECT(st->work <= REGEX_MAX_COMPILE_WORK, "%s: %llu steps", what,
+           (unsigned long long)st->work);
+    EXPECT(st->peak_bytes <= REGEX_MAX_COMPILE_BYTES, "%s: %llu bytes", what,
+           (unsigned long long)st->peak_bytes);
+    EXPECT(st->nfa_states <= REGEX_MAX_NFA_STATES && st->nfa_edges <= REGEX_MAX_NFA_EDGES,
+           "%s: %u NFA states, %u edges", what, st->nfa_states, st->nfa_edges);
+    EXPECT(st->dfa_states <= REGEX_MAX_DFA_STATES, "%s: %u DFA states", what, st->dfa_states);
+}
+
+enum { GEN_NONE, GEN_TEXT, GEN_SAME, GEN_WORDS, GEN_CLASS, GEN_NESTED, GEN_DEEP };
+
+typedef struct hostile {
+    const char *pattern; /* or the argument of the generator */
+    int gen;
+    size_t gen_len;
+    uint32_t flags;
+    const char *limit, *says; /* the limit named, and more of the message (or NULL) */
+} hostile;
+
+/* Every shape that made the compiler run for seconds or gigabytes is refused, quickly, with the
+ * limit it hit named and every counter within its limit; the ASan build checks that nothing
+ * leaks on the way out. Without the work limit, the issue's reproducer would run for a minute
+ * and then fail at another limit, so the message check catches a budget that was taken out. */
+START_TEST(test_hostile_patterns_refused_within_budget) {
+    static const hostile cases[] = {
+        /* the issue's reproducer: 12001 DFA states, each a subset of some 10^5 NFA states */
+        {"((a|b){0,12}){0,1000}", GEN_NONE, 0, 0, "REGEX_MAX_COMPILE_WORK", "steps"},
+        {"(.?){1000}", GEN_NONE, 0, 0, "REGEX_MAX_COMPILE_WORK", NULL},
+        {"([\\s\\S]?){1000}", GEN_NONE, 0, 0, "REGEX_MAX_COMPILE_WORK", NULL},
+        /* nested counted repetitions: refused at the outer one, before it is expanded */
+        {"((a{0,100}){0,100}){0,100}", GEN_NONE, 0, 0, "REGEX_MAX_NFA_STATES",
+         "the repetition {0,100} at offset 19"},
+        {"((((a{1000}){1000})))", GEN_NONE, 0, 0, "REGEX_MAX_NFA_STATES",
+         "the repetition {1000} at offset 12"},
+        /* DFA blow-ups */
+        {"(a|b)*a(a|b){20}", GEN_NONE, 0, 0, "REGEX_MAX_DFA_STATES", "more than 10000 states"},
+        {".*a.{20}", GEN_NONE, 0, 0, "REGEX_MAX_DFA_STATES", NULL},
+        {"[\\s\\S]{1000}", GEN_NONE, 0, 0, "REGEX_MAX_DFA_STATES", NULL},
+        {"(a|b)*a(a|b){20}", GEN_NONE, 0, REGEX_SEARCH, "REGEX_MAX_DFA_STATES", NULL},
+        /* a huge class repeated; groups nested to the limit, each counted */
+        {"{1000}", GEN_CLASS, REGEX_MAX_PATTERN, 0, "REGEX_MAX_NFA_STATES",
+         "the repetition {1000}"},
+        {"{2}", GEN_NESTED, REGEX_MAX_PATTERN, 0, "REGEX_MAX_NFA_STATES", "the repetition {2}"},
+        {"", GEN_NESTED, REGEX_MAX_PATTERN, REGEX_SEARCH, NULL, NULL}, /* compiles: see below */
+        /* searches for 8 KiB of text that overlaps itself, and for 8 KiB of alternatives */
+        {NULL, GEN_SAME, REGEX_MAX_PATTERN, REGEX_SEARCH, "REGEX_MAX_COMPILE_WORK", NULL},
+        {NULL, GEN_WORDS, REGEX_MAX_PATTERN, REGEX_SEARCH, "REGEX_MAX_COMPILE_WORK", NULL},
+        /* the syntax limits */
+        {"a{1001}", GEN_NONE, 0, 0, "REGEX_MAX_REPEAT", "limit of 1000"},
+        {NULL, GEN_DEEP, REGEX_MAX_DEPTH + 1, 0, "REGEX_MAX_DEPTH", "nested deeper than 128"},
+        {NULL, GEN_TEXT, REGEX_MAX_PATTERN + 1, 0, "REGEX_MAX_PATTERN", "limit is 8192"},
+    };
+    char *buf = malloc(REGEX_MAX_PATTERN + 64);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const hostile *h = &cases[i];
+        size_t len = 0;
+        switch (h->gen) {
+            case GEN_NONE:
+                len = strlen(h->pattern);
+                memcpy(buf, h->pattern, len);
+                break;
+            case GEN_TEXT:
+                len = gen_text(buf, h->gen_len);
+                break;
+            case GEN_SAME:
+                len = gen_same(buf, h->gen_len);
+                break;
+            case GEN_WORDS:
+                len = gen_words(buf, h->gen_len);
+                break;
+            case GEN_CLASS:
+                len = gen_class(buf, h->gen_len, h->pattern);
+                break;
+            case GEN_NESTED:
+                len = gen_nested(buf, h->gen_len, h->pattern);
+                break;
+            case GEN_DEEP: /* gen_len groups, one inside the other */
+                memset(buf, '(', h->gen_len);
+                buf[h->gen_len] = 'a';
+                memset(buf + h->gen_len + 1, ')', h->gen_len);
+                len = 2 * h->gen_len + 1;
+                break;
+        }
+        regex_dfa d;
+        regex_stats st;
+        corral_error err;
+        const corral_status rc = regex__compile(buf, len, h->flags, &d, &st, &err);
+        char what[96];
+        snprintf(what, sizeof what, "case %zu /%.40s/ (%zu bytes, flags %u)", i, buf, len,
+                 (unsigned)h->flags);
+        expect_within_limits(&st, what);
+        if (!h->limit) { /* nested groups in a search: small, bounded, fine */
+            ck_assert_msg(rc == CORRAL_OK, "%s: %s", what, err.message);
+            regex__free(&d);
+            continue;
+        }
+        ck_assert_msg(rc == CORRAL_RESOURCE_EXHAUSTED, "%s: %s (%s)", what, corral_status_name(rc),
+                      rc ? err.message : "compiled");
+        ck_assert_msg(strstr(err.message, h->limit), "%s: \"%s\" does not name %s", what,
+                      err.message, h->limit);
+        ck_assert_msg(!h->says || strstr(err.message, h->says), "%s: \"%s\" lacks \"%s\"", what,
+                      err.message, h->says);
+        ck_assert_ptr_null(d.next); /* nothing handed back */
+    }
+    free(buf);
+}
+END_TEST
+
+/* The issue's reproducer through the public API: the same error, and the constraint layer does
+ * not hide it. */
+START_TEST(test_issue_reproducer_through_constraint_compile) {
+    gguf_file *f;
+    tokenizer *t = open_vocab("vocab/ggml-vocab-llama-spm.gguf", &f);
+    constraint_index *ix = constraint_index_new(t, NULL);
+    const char *p = "((a|b){0,12}){0,1000}";
+    corral_error err;
+    ck_assert_ptr_null(constraint_compile(ix, p, strlen(p), &err));
+    ck_assert_int_eq(err.status, CORRAL_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "limit REGEX_MAX_COMPILE_WORK"));
+    constraint_index_destroy(&ix);
+    tok_destroy(&t);
+    gguf_destroy(&f);
+}
+END_TEST
+
+/* Patterns of real uses compile, with at least half of every limit to spare. */
+START_TEST(test_typical_patterns_within_budget) {
+    static const struct {
+        const char *pattern;
+        uint32_t flags;
+    } cases[] = {
+        {"[A-Za-z ]{1,200}", 0},
+        {"[A-Za-z ]{1,1000}", 0},
+        {"\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,6})?(Z|[+-]\\d{2}:\\d{2})", 0},
+        {"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", 0},
+        {"[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9.-]{1,63}\\.[a-zA-Z]{2,24}", 0},
+        {"[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}", 0},
+        {"(red|green|blue|cyan|magenta|yellow|black|white|orange|purple)", 0},
+        {"\\{\"name\": \"[^\"\\\\]{0,50}\", \"age\": \\d{1,3}, \"tags\": \\[(\"[a-z]{1,10}\"(, "
+         "\"[a-z]{1,10}\"){0,4})?\\]\\}",
+         0},
+        {"\\{(\"[a-z_]{1,20}\": (\"[^\"]{0,40}\"|-?\\d{1,10}|true|false|null)(, )?){1,10}\\}", 0},
+        {"(https?://)?([a-z0-9-]{1,63}\\.){1,5}[a-z]{2,10}(/[A-Za-z0-9._~%-]{0,50}){0,10}", 0},
+        {"(Yes|No|Maybe)(, because [a-z ,.]{10,300})?\\.", 0},
+        {"(\\S+\\s){0,100}", 0},
+        {"[\\u4e00-\\u9fa5]{1,500}", 0},
+        {".{0,300}", 0},
+        {"(a?){1000}", 0},
+        /* deny rules */
+        {"ignore\\s+(all\\s+)?previous\\s+instructions", REGEX_SEARCH | REGEX_CASELESS},
+        {"-----BEGIN [A-Z ]{1,20}PRIVATE KEY-----", REGEX_SEARCH},
+        {"(api[_-]?key|secret|password|token)\\s*[:=]\\s*\\S{8}", REGEX_SEARCH | REGEX_CASELESS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        regex_dfa d;
+        regex_stats st;
+        corral_error err;
+        const corral_status rc = regex__compile(cases[i].pattern, strlen(cases[i].pattern),
+                                                cases[i].flags, &d, &st, &err);
+        ck_assert_msg(rc == CORRAL_OK, "/%s/: %s", cases[i].pattern, err.message);
+        EXPECT(st.work <= REGEX_MAX_COMPILE_WORK / 2, "/%s/: %llu steps", cases[i].pattern,
+               (unsigned long long)st.work);
+        EXPECT(st.peak_bytes <= REGEX_MAX_COMPILE_BYTES / 2, "/%s/: %llu bytes", cases[i].pattern,
+               (unsigned long long)st.peak_bytes);
+        /* the bytes counted include at least the finished table */
+        EXPECT(st.peak_bytes >= (uint64_t)d.n_states * d.n_classes * sizeof *d.next,
+               "/%s/: %llu bytes counted", cases[i].pattern, (unsigned long long)st.peak_bytes);
+        regex__free(&d);
+    }
+    /* and 8 KiB of text, as a constraint and as a deny rule */
+    char *buf = malloc(REGEX_MAX_PATTERN);
+    const size_t len = gen_text(buf, REGEX_MAX_PATTERN);
+    regex_dfa d;
+    corral_error err;
+    ck_assert_int_eq(regex__compile(buf, len, 0, &d, NULL, &err), CORRAL_OK);
+    ck_assert_uint_eq(d.n_states, REGEX_MAX_PATTERN + 1);
+    ck_assert(regex__match(&d, buf, len));
+    ck_assert(!regex__match(&d, buf, len - 1));
+    regex__free(&d);
+    ck_assert_int_eq(regex__compile(buf, len, REGEX_SEARCH, &d, NULL, &err), CORRAL_OK);
+    regex__free(&d);
+    free(buf);
+}
+END_TEST
+
+/* Compile work grows linearly with the length of a literal, an alternation and a class (the
+ * counter, not a timing: 4x the length must cost about 4x, not 16x as Moore's refinement on a
+ * literal did). */
+START_TEST(test_compile_work_linear_in_length) {
+    static const struct {
+        int gen;
+        uint32_t flags;
+        const char *what;
+    } shapes[] = {
+        {GEN_TEXT, 0, "literal"},
+        {GEN_TEXT, REGEX_SEARCH, "literal, searched"},
+        {GEN_WORDS, 0, "alternation"},
+        {GEN_CLASS, 0, "class"},
+    };
+    char *buf = malloc(REGEX_MAX_PATTERN + 64);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        uint64_t work[2];
+        const size_t sizes[2] = {2048, 8192};
+        for (int k = 0; k < 2; k++) {
+            const size_t len = shapes[i].gen == GEN_TEXT    ? gen_text(buf, sizes[k])
+                               : shapes[i].gen == GEN_WORDS ? gen_words(buf, sizes[k])
+                                                            : gen_class(buf, sizes[k], "");
+            regex_dfa d;
+            regex_stats st;
+            corral_error err;
+            ck_assert_msg(regex__compile(buf, len, shapes[i].flags, &d, &st, &err) == CORRAL_OK,
+                          "%s of %zu bytes: %s", shapes[i].what, len, err.message);
+            work[k] = st.work;
+            regex__free(&d);
+        }
+        const double ratio = (double)work[1] / (double)work[0];
+        ck_assert_msg(ratio <= 4.5, "%s: %llu steps at 2 KiB, %llu at 8 KiB (x%.2f)",
+                      shapes[i].what, (unsigned long long)work[0], (unsigned long long)work[1],
+                      ratio);
+    }
+    free(buf);
+}
+END_TEST
+
+/* REGEX_SEARCH (the deny sanitizer's mode) finds a match anywhere exactly when PCRE2's unanchored
+ * search does: its DFA reaches an accepting state on some prefix of the text. */
+START_TEST(test_search_matches_pcre2) {
+    static const char *extra[] = {"a",  "b", "0", "1",  " ",  "-", ".", ":",
+                                  "\"", "{", "}", "\n", "好", "é", "😀"};
+    uint64_t seed = 777;
+    int found = 0, tried = 0;
+    for (size_t i = 0; i < N_CORPUS; i++) {
+        const corpus_entry *e = &corpus[i];
+        regex_dfa d;
+        corral_error err;
+        ck_assert_msg(regex__compile(e->pattern, strlen(e->pattern), REGEX_SEARCH, &d, NULL,
+                                     &err) == CORRAL_OK,
+                      "/%s/: %s", e->pattern, err.message);
+        int code;
+        PCRE2_SIZE off;
+        pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+        pcre2_set_compile_extra_options(cc, PCRE2_EXTRA_ALT_BSUX);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)(e->oracle ? e->oracle : e->pattern), PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_ALT_BSUX, &code, &off, cc);
+        pcre2_compile_context_free(cc);
+        ck_assert_ptr_nonnull(re);
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        /* text from the pattern's own characters and the extras, so that matches happen */
+        const char *alpha[256];
+        size_t alen[256], n_alpha = 0;
+        for (size_t k = 0; e->pattern[k] && n_alpha < 200;) {
+            size_t len = 1;
+            while (((unsigned char)e->pattern[k + len] & 0xC0) == 0x80) len++;
+            alpha[n_alpha] = e->pattern + k;
+            alen[n_alpha++] = len;
+            k += len;
+        }
+        for (size_t k = 0; k < sizeof extra / sizeof extra[0]; k++) {
+            alpha[n_alpha] = extra[k];
+            alen[n_alpha++] = strlen(extra[k]);
+        }
+        for (int trial = 0; trial < 1000; trial++) {
+            char s[256];
+            size_t n = 0;
+            const int len = (int)(test_splitmix64(&seed) % 40);
+            for (int k = 0; k < len; k++) {
+                const size_t c = test_splitmix64(&seed) % n_alpha;
+                memcpy(s + n, alpha[c], alen[c]);
+                n += alen[c];
+            }
+            const int want = pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL) >= 0;
+            int got = 0;
+            for (size_t k = 0, q = 0; k < n && !got; k++) {
+                q = (size_t)regex__step(&d, (int32_t)q, (uint8_t)s[k]);
+                if ((int32_t)q == REGEX_DEAD) break; /* cannot happen in a search */
+                got = d.accepting[q];
+            }
+            EXPECT(want == got, "search /%s/ in \"%.*s\": PCRE2 %d, corral %d", e->pattern, (int)n,
+                   s, want, got);
+            found += want;
+            tried++;
+        }
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        regex__free(&d);
+    }
+    ck_assert_int_gt(found, tried / 10); /* not a comparison of misses only */
+}
+END_TEST
+
 static Suite *constraint_suite(void) {
     Suite *s = suite_create("constraint");
     TCase *core = tcase_create("core");
@@ -898,7 +1253,15 @@ static Suite *constraint_suite(void) {
     tcase_add_test(core, test_generation_edges);
     tcase_add_test(core, test_stuck_state_is_reported);
     tcase_add_test(core, test_cache_hits_evicts_and_outlives);
+    tcase_add_test(core, test_search_matches_pcre2);
     suite_add_tcase(s, core);
+
+    TCase *limits = tcase_create("limits");
+    tcase_add_test(limits, test_hostile_patterns_refused_within_budget);
+    tcase_add_test(limits, test_issue_reproducer_through_constraint_compile);
+    tcase_add_test(limits, test_typical_patterns_within_budget);
+    tcase_add_test(limits, test_compile_work_linear_in_length);
+    suite_add_tcase(s, limits);
 
     TCase *masks = tcase_create("masks");
     tcase_add_test(masks, test_masks_exact_stories_vocab);

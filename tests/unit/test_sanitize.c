@@ -719,6 +719,68 @@ START_TEST(test_bad_arguments) {
 }
 END_TEST
 
+/* ---- deny rules and the regex compile budget ------------------------------------------------ */
+
+/* A deny rule is compiled once, from config, with the same budget as an output constraint: a
+ * rule that would stall startup fails it with RESOURCE_EXHAUSTED naming the limit, and a long
+ * list of phrases, the common large rule, stays cheap. */
+START_TEST(test_deny_rules_within_budget) {
+    static const char *too_big[][2] = {
+        {"(a|b)*a(a|b){20}", "limit REGEX_MAX_DFA_STATES"},
+        {"((a{0,100}){0,100}){0,100}", "limit REGEX_MAX_NFA_STATES"},
+        {NULL, "limit REGEX_MAX_COMPILE_WORK"}, /* 8 KiB of alternatives */
+    };
+    char *words = malloc(8192);
+    size_t len = 0;
+    for (uint32_t i = 0; len + 7 < 8191; i++) {
+        uint32_t v = i * 7919u + 13u;
+        if (i) words[len++] = '|';
+        for (int k = 0; k < 6; k++, v /= 26) words[len++] = (char)('a' + v % 26);
+    }
+    words[len] = '\0';
+    for (size_t i = 0; i < N_OF(too_big); i++) {
+        const corral_policy_kv kv = {"big", too_big[i][0] ? too_big[i][0] : words};
+        const policy_step_desc step = {.kind = "deny", .params = &kv, .n_params = 1};
+        corral_error err;
+        ck_assert_ptr_null(policy_profile_new("p", &step, 1, &err));
+        ck_assert_int_eq(err.status, CORRAL_RESOURCE_EXHAUSTED);
+        ck_assert_msg(strstr(err.message, "rule 'big': regex: ") &&
+                          strstr(err.message, too_big[i][1]),
+                      "\"%s\" lacks \"%s\"", err.message, too_big[i][1]);
+    }
+    /* a thousand bytes of phrases (sixty of them) */
+    len = 0;
+    for (uint32_t i = 0; i < 60; i++) {
+        uint32_t v = i * 104729u + 7u;
+        if (i) words[len++] = '|';
+        for (int w = 0; w < 3; w++) {
+            if (w) words[len++] = ' ';
+            for (int k = 0; k < 4; k++, v = v * 31u + 17u) words[len++] = (char)('a' + v % 26);
+        }
+    }
+    words[len] = '\0';
+    const corral_policy_kv kv = {"phrases", words};
+    const policy_step_desc step = {.kind = "deny", .params = &kv, .n_params = 1};
+    corral_error err;
+    policy_profile *p = policy_profile_new("p", &step, 1, &err);
+    ck_assert_msg(p != NULL, "%s", err.message);
+    char text[128];
+    const char *last = strrchr(words, '|') + 1;
+    snprintf(text, sizeof text, "so then %s, they said", last);
+    char *out;
+    size_t n;
+    ck_assert_int_eq(policy_sanitize(p, vocabs[LLAMA].v, text, strlen(text), &out, &n, NULL, &err),
+                     CORRAL_SANITIZER_REJECTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "deny rule 'phrases'"));
+    ck_assert_int_eq(
+        policy_sanitize(p, vocabs[LLAMA].v, "so then, they said", 18, &out, &n, NULL, &err),
+        CORRAL_OK);
+    free(out);
+    policy_profile_destroy(&p);
+    free(words);
+}
+END_TEST
+
 static Suite *sanitize_suite(void) {
     Suite *s = suite_create("sanitize");
     TCase *core = tcase_create("core");
@@ -730,6 +792,10 @@ static Suite *sanitize_suite(void) {
     tcase_add_test(core, test_no_control_ids_from_user_text);
     tcase_add_test(core, test_invisible_matches_ucd);
     suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_add_checked_fixture(limits, setup, teardown);
+    tcase_add_test(limits, test_deny_rules_within_budget);
+    suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_checked_fixture(errors, setup, teardown);
     tcase_add_test(errors, test_settings_errors_named);

@@ -42,8 +42,16 @@
  * `|`; `* + ? {m} {m,} {m,n}` (m, n <= 1000; lazy `?` suffixes accepted); `^` and `$` at the very
  * start and end. Unsupported, each an error naming it: backreferences, lookahead, lookbehind,
  * `\b \B`, `\p{...}`, inline flags, anchors elsewhere. A pattern that matches nothing (`[]`,
- * `a[^\s\S]`) is an error. Matching is case-sensitive. Limits: 8192 bytes of pattern, 200000
- * NFA states after expanding repetitions, 10000 DFA states.
+ * `a[^\s\S]`) is an error. Matching is case-sensitive. Limits (a pattern cannot make the compile
+ * run longer than some 50 ms or hold more than 32 MiB): 8192 bytes of pattern, counts up to 1000,
+ * groups 128 deep, 200000 NFA states and 800000 edges once repetitions are expanded (checked
+ * before a repetition is expanded), 10000 DFA states before minimisation, 20 million compile
+ * steps (NFA states visited in closures, transitions computed, table cells), 32 MiB held by the
+ * compile. Over one, CORRAL_RESOURCE_EXHAUSTED with a message naming it and, where one
+ * construct is to blame, the construct and its offset ("regex: the pattern is too large: the
+ * repetition {0,100} at offset 19 expands to 2030303 automaton states (limit
+ * REGEX_MAX_NFA_STATES; ...)"). Compile time is linear in the length of a pattern without
+ * repetitions (an 8 KiB literal: a few ms).
  *
  * Memory: a constraint reserves one bitset of n_vocab bits per DFA state as one zeroed block;
  * only the pages of states actually met are touched. Nothing is allocated per token.
@@ -85,7 +93,8 @@ typedef struct constraint constraint;
  * result (constraint_destroy). NULL and err filled on failure: CORRAL_INVALID_ARGUMENT for a
  * syntax error, an unsupported construct or a pattern that matches nothing, the message naming it
  * and its byte offset ("regex: lookahead (?=...) is not supported (at offset 3)");
- * CORRAL_RESOURCE_EXHAUSTED over a limit; CORRAL_OUT_OF_MEMORY. Thread-safe. */
+ * CORRAL_RESOURCE_EXHAUSTED over a limit (see Limits above; the message names it);
+ * CORRAL_OUT_OF_MEMORY. Bounded in time and memory whatever the pattern. Thread-safe. */
 constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t len,
                                corral_error *err);
 

@@ -22,7 +22,9 @@
  *   max_input        reject text over `bytes` bytes or `tokens` tokens (counted with the model's
  *                    tokenizer, without BOS/EOS).
  *   deny             reject text in which any named regex (constraint.h syntax, found anywhere)
- *                    occurs; the report and the error name the rule.
+ *                    occurs; the report and the error name the rule. Each rule is compiled once,
+ *                    at init, within constraint.h's compile limits (a rule over one fails init
+ *                    with CORRAL_RESOURCE_EXHAUSTED naming the rule and the limit).
  *   normalize_space  \r\n and \r become \n; with `collapse`, each run of horizontal white space
  *                    (space, tab, \v, \f, NBSP and the other Unicode space separators) becomes
  *                    one space; with `trim`, runs at the start and end of every line and of the
