@@ -475,6 +475,9 @@ static void load_finish(struct core *k, core_task *ct) {
             log_warn("model load failed", LOG_STR("model", sm->name),
                      LOG_STR("error", t->err.message));
             sched_fail_waiting(k, sm, &t->err);
+        } else {
+            log_info("load cancelled: no request waits for it any more",
+                     LOG_STR("model", sm->name));
         }
     } else {
         if (!t->restore) {
