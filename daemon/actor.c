@@ -38,7 +38,7 @@ void actor_task_init(actor_task *t, void (*run)(actor_task *t), int priority) {
 static void *actor_main(void *arg) {
     actor *a = arg;
     /* Actors allocate for models' owners too (mem.h): no thread cache. */
-    mem_thread_init();
+    mem_thread_init(MEM_THREAD_CORE);
     pthread_mutex_lock(&a->mu);
     for (;;) {
         while (!a->head && !a->quit) pthread_cond_wait(&a->cv, &a->mu);
@@ -59,6 +59,7 @@ static void *actor_main(void *arg) {
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
+    mem_thread_exit();
     return NULL;
 }
 

@@ -364,6 +364,8 @@ static size_t pack_status(zproto_buf *b, Corral__V1__Response *r, const core_rep
         d.requests_served = di->requests_served;
         d.sessions = di->sessions;
         d.threads = di->threads;
+        d.allocated_bytes = di->allocated_bytes;
+        d.front_allocated_bytes = di->front_allocated_bytes;
         Corral__V1__StatusReply sr = CORRAL__V1__STATUS_REPLY__INIT;
         sr.n_models = n;
         sr.models = ptrs;

@@ -17,8 +17,8 @@
 
 /* Initial capacities: a token's text is rarely over a few dozen bytes, and a streamed job's
  * pending text holds one token or a few. */
-#define JOB_TEXT_INITIAL_BYTES 256
-#define JOB_TEXT_INITIAL_IDS   32
+#define JOB_TEXT_INITIAL_BYTES 4096
+#define JOB_TEXT_INITIAL_IDS   1024
 
 struct core_sink {
     pthread_mutex_t mu;

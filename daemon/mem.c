@@ -10,6 +10,7 @@
 #include "mem.h"
 
 #include <jemalloc/jemalloc.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,10 +61,55 @@ int mem_accounting_exact(void) {
     return mem_allocator_is_jemalloc();
 }
 
-void mem_thread_init(void) {
+/* The allocation counters of corrald's own threads (jemalloc's thread.allocatedp: cumulative
+ * bytes allocated by the thread), summed per kind by mem_allocated_bytes. The lock keeps a thread
+ * from ending while its counter is read. */
+enum { MEM_COUNTED_THREADS = 64 };
+static pthread_mutex_t counted_mu = PTHREAD_MUTEX_INITIALIZER;
+static const uint64_t *counted[MEM_COUNTED_THREADS];
+static mem_thread_kind counted_kind[MEM_COUNTED_THREADS];
+static uint64_t counted_retired[MEM_THREAD_KIND_COUNT]; /* what threads that ended allocated */
+static _Thread_local int counted_slot = -1;
+
+static void count_this_thread(mem_thread_kind kind) {
+    if (counted_slot >= 0) return;
+    uint64_t *p = NULL;
+    size_t len = sizeof p;
+    if (mallctl("thread.allocatedp", &p, &len, NULL, 0) != 0 || !p) return;
+    pthread_mutex_lock(&counted_mu);
+    for (int i = 0; i < MEM_COUNTED_THREADS; i++)
+        if (!counted[i]) {
+            counted[i] = p;
+            counted_kind[i] = kind;
+            counted_slot = i;
+            break;
+        }
+    pthread_mutex_unlock(&counted_mu);
+}
+
+void mem_thread_init(mem_thread_kind kind) {
     if (!mem_accounting_exact()) return;
     bool off = false;
     mallctl("thread.tcache.enabled", NULL, NULL, &off, sizeof off);
+    count_this_thread(kind);
+}
+
+void mem_thread_exit(void) {
+    if (counted_slot < 0) return;
+    pthread_mutex_lock(&counted_mu);
+    counted_retired[counted_kind[counted_slot]] += *counted[counted_slot];
+    counted[counted_slot] = NULL;
+    pthread_mutex_unlock(&counted_mu);
+    counted_slot = -1;
+}
+
+uint64_t mem_allocated_bytes(mem_thread_kind kind) {
+    pthread_mutex_lock(&counted_mu);
+    uint64_t total = counted_retired[kind];
+    for (int i = 0; i < MEM_COUNTED_THREADS; i++)
+        if (counted[i] && counted_kind[i] == kind) total += *counted[i];
+    pthread_mutex_unlock(&counted_mu);
+    return total;
 }
 
 static int arena_ctl_ssize(unsigned arena, const char *what, ssize_t value) {

@@ -35,10 +35,24 @@ int mem_accounting_exact(void);
 
 typedef struct mem_owner mem_owner;
 
+/* Which of corrald's threads a thread is, for the allocation counters. */
+typedef enum mem_thread_kind {
+    MEM_THREAD_CORE = 0,  /* the compute thread and the actors */
+    MEM_THREAD_FRONT = 1, /* a front end's thread (its transport library allocates there too) */
+    MEM_THREAD_KIND_COUNT
+} mem_thread_kind;
+
 /* Prepare the calling thread to allocate for owners: turns its jemalloc thread cache off, so a
- * freed object cannot be handed out again from the cache to another owner's allocation. Call it
- * once in every thread that uses mem_scope_enter. */
-void mem_thread_init(void);
+ * freed object cannot be handed out again from the cache to another owner's allocation, and counts
+ * its allocations in mem_allocated_bytes(kind). Call it once in every thread of corrald's own,
+ * and mem_thread_exit before such a thread ends. */
+void mem_thread_init(mem_thread_kind kind);
+void mem_thread_exit(void);
+
+/* Bytes allocated so far by the threads of that kind (jemalloc's per-thread counters, cumulative:
+ * frees do not subtract). 0 when jemalloc is not the allocator. What a request costs in
+ * allocations is the difference before and after it. Thread-safe. */
+uint64_t mem_allocated_bytes(mem_thread_kind kind);
 
 /* A new owner with its own arena (when accounting is exact). NULL when out of memory or when
  * jemalloc cannot create an arena. Caller owns the result. */

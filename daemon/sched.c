@@ -573,7 +573,7 @@ static sched_model *pick(struct core *k) {
 
 static void *sched_main(void *arg) {
     struct core *k = arg;
-    mem_thread_init();
+    mem_thread_init(MEM_THREAD_CORE);
     for (;;) {
         pthread_mutex_lock(&k->mu);
         job *inbox = k->inbox_head;
@@ -640,6 +640,7 @@ static void *sched_main(void *arg) {
         }
         pthread_mutex_unlock(&k->mu);
     }
+    mem_thread_exit();
     return NULL;
 }
 
@@ -657,7 +658,8 @@ core *core_new(cfg *c, corral_error *err) {
     k->started_us = sched__mono_us();
     k->started_ms = sched__unix_ms();
     k->initial = c;
-    mem_thread_init(); /* preloads below allocate for models from this thread */
+    /* The caller is a front end's thread (preloads below allocate for models from it). */
+    mem_thread_init(MEM_THREAD_FRONT);
     cfg_gen *g = cfg_gen_new(c, err);
     if (!g) {
         k->initial = NULL;

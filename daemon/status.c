@@ -99,6 +99,8 @@ void status_answer(struct core *k, job *j) {
     d->requests_served = k->served;
     d->sessions = (uint32_t)session_count(k);
     d->threads = threadpool_n_threads(k->pool);
+    d->allocated_bytes = mem_allocated_bytes(MEM_THREAD_CORE);
+    d->front_allocated_bytes = mem_allocated_bytes(MEM_THREAD_FRONT);
     job_emit_reply(j, r);
 }
 

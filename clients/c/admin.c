@@ -236,6 +236,8 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
         ds->requests_served = d->requests_served;
         ds->sessions = d->sessions;
         ds->threads = d->threads;
+        ds->allocated_bytes = d->allocated_bytes;
+        ds->front_allocated_bytes = d->front_allocated_bytes;
     }
     *out = rep;
 done:

@@ -366,6 +366,8 @@ typedef struct corral_daemon_status {
     uint32_t active, queued;
     uint64_t requests_served;
     uint32_t sessions, threads;
+    uint64_t allocated_bytes;       /* by the core's threads so far; 0 without jemalloc */
+    uint64_t front_allocated_bytes; /* by the front ends' threads so far */
 } corral_daemon_status;
 
 typedef struct corral_status_report {

@@ -360,6 +360,10 @@ static int status_command(const char *cmd, bool daemon_totals, int argc, char **
             json_uint(&j, d->sessions);
             json_key(&j, "threads");
             json_uint(&j, d->threads);
+            json_key(&j, "allocated_bytes");
+            json_uint(&j, d->allocated_bytes);
+            json_key(&j, "front_allocated_bytes");
+            json_uint(&j, d->front_allocated_bytes);
             json_end_object(&j);
         } else {
             json_key(&j, "limit_bytes");

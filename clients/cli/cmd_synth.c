@@ -11,12 +11,14 @@
 
 #include "cli.h"
 #include "corral/synth.h"
+#include "lora.h"
 #include "corral/tensor.h"
 
 static void synth_usage(FILE *out) {
     fprintf(
         out,
         "usage: corral synth (--like PRESET | --n-embd N ...) --type TYPE [options] -o OUT.gguf\n"
+        "       corral synth --lora-for BASE.gguf [--rank R] [--alpha A] [--seed N] -o OUT.gguf\n"
         "\n"
         "Write a GGUF model with the shape of a real one and random weights (deterministic:\n"
         "the same arguments give the same bytes). Tensor types follow llama-quantize's rules\n"
@@ -37,7 +39,12 @@ static void synth_usage(FILE *out) {
         "      --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N\n"
         "      --n-vocab N --n-ctx N --rope-base F --rms-eps F\n"
         "      --tied              no output.weight: the output projection is token_embd\n"
-        "      --untied            a separate output.weight\n",
+        "      --untied            a separate output.weight\n"
+        "a LoRA adapter instead (llama.cpp's GGUF-LoRA format, F32 factors of standard\n"
+        "deviation 0.02 on every attention and feed-forward projection of BASE):\n"
+        "      --lora-for BASE     the model the adapter is for\n"
+        "      --rank R            1..4096 (default 16)\n"
+        "      --alpha A           its alpha (default 2 x rank)\n",
         synth_preset_names(), "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m");
 }
 
@@ -61,6 +68,9 @@ int cmd_synth(int argc, char **argv) {
         OPT_EPS,
         OPT_TIED,
         OPT_UNTIED,
+        OPT_LORA_FOR,
+        OPT_RANK,
+        OPT_ALPHA,
         OPT_HELP
     };
     static const struct option options[] = {
@@ -84,6 +94,9 @@ int cmd_synth(int argc, char **argv) {
         {"rms-eps", required_argument, NULL, OPT_EPS},
         {"tied", no_argument, NULL, OPT_TIED},
         {"untied", no_argument, NULL, OPT_UNTIED},
+        {"lora-for", required_argument, NULL, OPT_LORA_FOR},
+        {"rank", required_argument, NULL, OPT_RANK},
+        {"alpha", required_argument, NULL, OPT_ALPHA},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -97,7 +110,9 @@ int cmd_synth(int argc, char **argv) {
     } dims[OPT_CTX - OPT_EMBD + 1] = {{0}};
     static const char *const dim_names[] = {"n-embd", "n-layer", "n-head", "n-head-kv",
                                             "n-ff",   "n-vocab", "n-ctx"};
-    const char *arch = NULL;
+    const char *arch = NULL, *lora_for = NULL;
+    long rank = 16;
+    double alpha = 0;
     int tied = -1;
     double rope = 0, eps = 0;
     long v;
@@ -172,6 +187,18 @@ int cmd_synth(int argc, char **argv) {
             case OPT_UNTIED:
                 tied = 0;
                 break;
+            case OPT_LORA_FOR:
+                lora_for = optarg;
+                break;
+            case OPT_RANK:
+                if (cli_parse_long(optarg, 1, 4096, &rank))
+                    return cli_fail("synth", "--rank: '%s' is not in 1..4096", optarg), 2;
+                break;
+            case OPT_ALPHA:
+                if (cli_parse_double(optarg, 1e-6, 1e6, &alpha))
+                    return cli_fail("synth", "--alpha: '%s' must be a number in (0, 1e6]", optarg),
+                           2;
+                break;
             case OPT_HELP:
                 synth_usage(stdout);
                 return 0;
@@ -182,8 +209,24 @@ int cmd_synth(int argc, char **argv) {
     }
     if (optind < argc) return cli_fail("synth", "unexpected argument '%s'", argv[optind]), 2;
     if (!out) return cli_fail("synth", "no output file (-o OUT.gguf)"), 2;
-    if (!type_name) return cli_fail("synth", "no --type"), 2;
     corral_error err = {0};
+    if (lora_for) {
+        const lora_synth_params lp = {.base_path = lora_for,
+                                      .rank = (uint32_t)rank,
+                                      .alpha = alpha > 0 ? (float)alpha : 2.0f * (float)rank,
+                                      .targets = LORA_SYNTH_ALL_LINEAR,
+                                      .seed = p.seed,
+                                      .a_std = 0.02f,
+                                      .b_std = 0.02f,
+                                      .type = TENSOR_TYPE_F32};
+        if (lora_synth_write(&lp, out, &err) != CORRAL_OK) {
+            cli_fail("synth", "%s", err.message);
+            return err.status == CORRAL_INVALID_ARGUMENT ? 2 : 1;
+        }
+        fprintf(stderr, "corral synth: wrote %s: LoRA rank %ld for %s\n", out, rank, lora_for);
+        return 0;
+    }
+    if (!type_name) return cli_fail("synth", "no --type"), 2;
     if (synth_type_parse(type_name, &p.type, &err) != CORRAL_OK)
         return cli_fail("synth", "--type: %s", err.message), 2;
     if (like) {

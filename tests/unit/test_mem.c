@@ -4,6 +4,7 @@
  * nest and restore, and destroying an owner returns its arena.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,7 @@ static void *alloc(size_t n) {
 }
 
 START_TEST(test_owner_is_charged_for_its_scope) {
-    mem_thread_init();
+    mem_thread_init(MEM_THREAD_CORE);
     mem_owner *a = mem_owner_new(), *b = mem_owner_new();
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(b);
@@ -65,7 +66,7 @@ START_TEST(test_owner_is_charged_for_its_scope) {
 END_TEST
 
 START_TEST(test_destroy_returns_memory) {
-    mem_thread_init();
+    mem_thread_init(MEM_THREAD_CORE);
     if (!mem_accounting_exact()) return;
     const uint64_t rss0 = mem_rss_bytes();
     mem_owner *o = mem_owner_new();
@@ -96,11 +97,43 @@ START_TEST(test_null_and_figures) {
 }
 END_TEST
 
+/* A thread of the core's kind that allocates 1 MiB and ends. */
+static void *core_thread(void *arg) {
+    (void)arg;
+    mem_thread_init(MEM_THREAD_CORE);
+    free(alloc(1 << 20));
+    mem_thread_exit();
+    return NULL;
+}
+
+START_TEST(test_allocations_are_counted_per_kind_of_thread) {
+    if (!mem_accounting_exact()) {
+        ck_assert_uint_eq(mem_allocated_bytes(MEM_THREAD_CORE), 0);
+        return;
+    }
+    mem_thread_init(MEM_THREAD_FRONT);
+    const uint64_t core0 = mem_allocated_bytes(MEM_THREAD_CORE);
+    const uint64_t front0 = mem_allocated_bytes(MEM_THREAD_FRONT);
+    /* This thread is a front end's: its allocation counts there, not for the core. */
+    free(alloc(256 << 10));
+    ck_assert_uint_ge(mem_allocated_bytes(MEM_THREAD_FRONT) - front0, 256 << 10);
+    ck_assert_uint_eq(mem_allocated_bytes(MEM_THREAD_CORE), core0);
+    /* A core thread's bytes stay counted after it ended (counters are cumulative). */
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, core_thread, NULL), 0);
+    pthread_join(t, NULL);
+    ck_assert_uint_ge(mem_allocated_bytes(MEM_THREAD_CORE) - core0, 1 << 20);
+    ck_assert_uint_lt(mem_allocated_bytes(MEM_THREAD_FRONT) - front0, 1 << 20);
+    mem_thread_exit();
+}
+END_TEST
+
 static Suite *mem_suite(void) {
     Suite *s = suite_create("mem");
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_owner_is_charged_for_its_scope);
     tcase_add_test(core, test_destroy_returns_memory);
+    tcase_add_test(core, test_allocations_are_counted_per_kind_of_thread);
     suite_add_tcase(s, core);
     TCase *errors = tcase_create("errors");
     tcase_add_test(errors, test_null_and_figures);

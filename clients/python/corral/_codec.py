@@ -359,5 +359,7 @@ def decode_status(msg: Any) -> StatusReply:
             requests_served=d.requests_served,
             sessions=d.sessions,
             threads=d.threads,
+            allocated_bytes=d.allocated_bytes,
+            front_allocated_bytes=d.front_allocated_bytes,
         ),
     )

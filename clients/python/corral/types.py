@@ -261,6 +261,10 @@ class DaemonStatus:
     """Sessions alive."""
     threads: int
     """Compute threads."""
+    allocated_bytes: int = 0
+    """Bytes allocated so far by the core's threads (cumulative; 0 without jemalloc)."""
+    front_allocated_bytes: int = 0
+    """Bytes allocated so far by the front ends' threads (their transport's copies included)."""
 
 
 @dataclass(frozen=True)
