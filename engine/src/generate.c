@@ -381,13 +381,15 @@ static corral_status batch_pass(gen_batch_item *items, const uint32_t *idx, uint
 
 corral_status gen_step_batch(gen_batch_item *items, uint32_t n, corral_error *err) {
     if (n == 0) return CORRAL_OK;
-    corral_status st = batch_check(items, n, err);
+    corral_error call_err;
+    corral_status st = batch_check(items, n, &call_err);
     if (st != CORRAL_OK) {
         for (uint32_t i = 0; items && i < n; i++) {
             items[i].status = st;
-            items[i].err = *err;
+            items[i].err = call_err;
             items[i].token = (gen_token){.id = -1};
         }
+        if (err) *err = call_err;
         return st;
     }
     /* First halves; the items that need the pass, GEN_BATCH_PASS_SEQS at a time. */

@@ -697,6 +697,8 @@ START_TEST(test_batch_step_call_errors) {
     ck_assert_int_eq(gen_step_batch(items, 2, &err), CORRAL_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(err.message, "item 1: its generator is item 0's too"));
     ck_assert_uint_eq(kv_cache_n_pos(a), 0);
+    ck_assert_int_eq(gen_step_batch(items, 2, NULL), CORRAL_INVALID_ARGUMENT); /* err optional */
+    ck_assert_ptr_nonnull(strstr(items[1].err.message, "item 1: its generator is item 0's too"));
     /* Two generators over one cache cannot share a pass: both fail, with the pass's error. */
     generator *gb2 = gen_new(m, r, b, &greedy, &err);
     ck_assert_int_eq(gen_prefill(ga, prompt, 5, &err), CORRAL_OK); /* its first decode: no pass */
