@@ -67,10 +67,21 @@ struct model;
 struct model_runner;
 struct kv_cache;
 
-/* Run n_tok tokens (already checked) at positions kv->n_pos.. through the network, leaving the
- * final hidden states (before the output norm) in the runner's residual buffer. */
-typedef void (*arch_forward_fn)(struct model_runner *r, struct kv_cache *kv, const int32_t *tokens,
-                                uint32_t n_tok);
+/* One pass of a batch: n_tok tokens (at most the runner's max_batch, already checked), each with
+ * its sequence's cache and its position there. The tokens of one sequence are consecutive, in
+ * order, at consecutive positions starting at its cache's n_pos. */
+typedef struct forward_batch {
+    uint32_t n_tok;
+    const int32_t *tokens;      /* [n_tok] ids */
+    struct kv_cache *const *kv; /* [n_tok] the cache of each token's sequence */
+    const uint32_t *pos;        /* [n_tok] each token's position in its cache */
+} forward_batch;
+
+/* Run a batch through the network: every token's keys and values go into its cache at its
+ * position, every cache ends holding its sequence's tokens (n_pos is one past its last token's
+ * position), and the final hidden states (before the output norm) are left in the runner's
+ * residual buffer, row t for token t. */
+typedef void (*arch_forward_fn)(struct model_runner *r, const forward_batch *b);
 
 typedef struct arch_desc {
     const char *name;

@@ -1,18 +1,26 @@
 /*
  * forward.c — the forward pass of the llama-style decoder, and the matrix product under it.
  *
- * Per batch of tokens at positions p0..p0+n-1:
+ * A pass runs a batch (forward_batch, arch.h): up to max_batch tokens, each with its sequence's
+ * KV cache and its position in it. One sequence's tokens are consecutive (a prompt chunk, or a
+ * single decode token), and a batch may hold the tokens of many sequences (continuous batching:
+ * model_forward_batch). For token t of sequence s at position p_t:
  *   x = embed(tokens)
  *   for each layer:
  *     xn = rms_norm(x) * attn_norm
- *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv); rotate q and k; store k, v at their
- *       positions
- *     attn[h] = softmax(q[h] . K[0..p, kv(h)] / sqrt(head_dim)) . V[0..p, kv(h)]   (causal, GQA)
+ *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv); rotate q and k by each token's own
+ *       position; store k, v at p_t in s's cache
+ *     attn[h] = softmax(q[h] . K_s[0..p_t, kv(h)] / sqrt(head_dim)) . V_s[0..p_t, kv(h)]
+ *       (causal, GQA; over s's cache alone, the batch's earlier tokens of s included)
  *     x += Wo attn
  *     xn = rms_norm(x) * ffn_norm
  *     x += Wdown (silu(Wgate xn) * Wup xn)
- * The output norm and projection are applied by model_forward to the tokens whose logits are
- * wanted.
+ * The matrix products take the whole batch as one matrix, whichever sequences its rows belong to,
+ * so the weights are read once per pass for all of them; everything else is per token (the row
+ * ops) or per token against its own sequence's cache (attention), so a token's results do not
+ * depend on the other sequences of the batch. The output norm and projection are applied by
+ * model.c to the tokens whose logits are wanted (one product for all of them:
+ * forward_matmul_rows writes each sequence's row wherever the caller keeps it).
  *
  * Matrix products come in two modes. FAST quantizes the activations once per batch to the
  * weight's partner type, like llama.cpp, and multiplies with the panel kernels where the weight
@@ -22,7 +30,9 @@
  *
  * Prefill is a matrix-matrix product: a panel kernel reads a block of 16 weight rows once and uses
  * it for a tile of up to 16 tokens, and the tokens are taken in chunks that stay in L2 while the
- * thread's panels stream past (matmul_thread). Decoding runs the same kernels with one token.
+ * thread's panels stream past (matmul_thread). Decoding runs the same kernels with one token, or
+ * with one token per sequence when several decode together: to the products that is a short
+ * prefill, the weights read once for all of them.
  *
  * Threads. The activations of a matrix product are quantized first, split by token rows over the
  * runner's pool (by the calling thread alone for a short batch); then the threads claim ranges of
@@ -120,14 +130,15 @@ static inline int64_t split_begin(int64_t n, uint32_t i, uint32_t nth) {
  * tokens works on several panels at once (kernels_panel.inc); the chunk's activations stay in L2.
  * No output element depends on the unit, the chunk or the thread that computes it: the panel
  * kernels are bit-identical to the scalar dot, the dot kernels do a pair at a time, so the
- * logits are the same for any thread count and batch size.
+ * logits are the same for any thread count, batch size and mix of sequences.
  */
 typedef struct matmul_job {
     const model_weight *w;
-    float *out;
-    tensor_type vt;     /* the weight's partner type (FAST mode) */
-    const void *xq;     /* x in vt's layout (FAST mode) */
-    size_t xq_row;      /* bytes per token of xq */
+    float *out;             /* token t's outputs at out + t * n_out ... */
+    float *const *out_rows; /* ... or, when set, at out_rows[t] (forward_matmul_rows) */
+    tensor_type vt;         /* the weight's partner type (FAST mode) */
+    const void *xq;         /* x in vt's layout (FAST mode) */
+    size_t xq_row;          /* bytes per token of xq */
     const void *py;     /* what the panel kernel takes for x: xq, or for F16 x widened to floats */
     size_t py_row;      /* bytes per token of py */
     int64_t n_units;    /* ceil(n_out / KERNEL_PANEL_ROWS) */
@@ -147,14 +158,18 @@ typedef struct matmul_task {
     matmul_job job[FORWARD_MAX_GROUP];
 } matmul_task;
 
+/* Where token t's outputs go. */
+static inline float *matmul_out(const matmul_job *job, int64_t t) {
+    return job->out_rows ? job->out_rows[t] : job->out + t * job->w->n_out;
+}
+
 /* out[t][row] for rows [row0, row1) of W and tokens [t0, t1), one pair at a time; ith picks
  * the thread's scratch. */
 static void matmul_rows(struct model_runner *r, const matmul_task *task, const matmul_job *job,
                         int64_t row0, int64_t row1, int64_t t0, int64_t t1, uint32_t ith) {
-    float *out = job->out;
     const model_weight *w = job->w;
     const float *x = task->x;
-    const int64_t n_in = w->n_in, n_out = w->n_out;
+    const int64_t n_in = w->n_in;
     if (r->m->params.compute == MODEL_COMPUTE_REFERENCE) {
         float *row_f32 = r->row_f32 + (size_t)ith * r->max_in;
         for (int64_t row = row0; row < row1; row++) {
@@ -167,7 +182,7 @@ static void matmul_rows(struct model_runner *r, const matmul_task *task, const m
                 const float *xt = x + t * n_in;
                 double sum = 0.0;
                 for (int64_t i = 0; i < n_in; i++) sum += (double)row_f32[i] * (double)xt[i];
-                out[t * n_out + row] = (float)sum;
+                matmul_out(job, t)[row] = (float)sum;
             }
         }
         return;
@@ -177,7 +192,34 @@ static void matmul_rows(struct model_runner *r, const matmul_task *task, const m
     for (int64_t row = row0; row < row1; row++) {
         const void *wrow = (const char *)w->data + row * w->row_bytes;
         for (int64_t t = t0; t < t1; t++)
-            vec_dot(n_in, &out[t * n_out + row], wrow, (const char *)job->xq + t * job->xq_row);
+            vec_dot(n_in, &matmul_out(job, t)[row], wrow, (const char *)job->xq + t * job->xq_row);
+    }
+}
+
+/* Panels [p0, p1) of a job's weight for tokens [t0, t1), the outputs in a tile of the thread's
+ * scatter scratch and from there into each token's row (job->out_rows): a tile of
+ * FORWARD_SCATTER_PANELS panels is read from memory for its first FORWARD_SCATTER_TOKENS tokens
+ * and stays in L2 for the next ones. The panel kernel's outputs depend on their row and token
+ * only, so the bits are those of one call over all the panels and tokens. */
+static void matmul_panels_scattered(struct model_runner *r, const matmul_job *job, int64_t p0,
+                                    int64_t p1, int64_t t0, int64_t t1, uint32_t ith) {
+    const model_weight *w = job->w;
+    const size_t aux_stride = (size_t)(w->n_in / QK8_0);
+    float *tile = r->scatter +
+                  (size_t)ith * FORWARD_SCATTER_TOKENS * FORWARD_SCATTER_PANELS * KERNEL_PANEL_ROWS;
+    for (int64_t p = p0; p < p1; p += FORWARD_SCATTER_PANELS) {
+        const int64_t np = p1 - p < FORWARD_SCATTER_PANELS ? p1 - p : FORWARD_SCATTER_PANELS;
+        const size_t cols = (size_t)np * KERNEL_PANEL_ROWS;
+        for (int64_t t = t0; t < t1; t += FORWARD_SCATTER_TOKENS) {
+            const int64_t nt = t1 - t < FORWARD_SCATTER_TOKENS ? t1 - t : FORWARD_SCATTER_TOKENS;
+            r->ops->type[w->type].panel_dot(
+                w->n_in, (const char *)w->data + p * KERNEL_PANEL_ROWS * w->row_bytes, np,
+                (const char *)job->py + t * job->py_row, job->py_row,
+                r->act_aux ? r->act_aux + t * aux_stride : NULL, aux_stride, nt, tile, cols);
+            for (int64_t k = 0; k < nt; k++)
+                memcpy(job->out_rows[t + k] + p * KERNEL_PANEL_ROWS, tile + (size_t)k * cols,
+                       cols * sizeof(float));
+        }
     }
 }
 
@@ -190,7 +232,10 @@ static void matmul_units(struct model_runner *r, const matmul_task *task, const 
     if (w->panels) {
         const int64_t full = w->n_out / KERNEL_PANEL_ROWS;
         const int64_t p1 = u1 < full ? u1 : full;
-        if (u0 < p1) {
+        if (u0 < p1 && job->out_rows) {
+            matmul_panels_scattered(r, job, u0, p1, t0, t1, ith);
+            u0 = p1;
+        } else if (u0 < p1) {
             const size_t aux_stride = (size_t)(w->n_in / QK8_0);
             r->ops->type[w->type].panel_dot(
                 w->n_in, (const char *)w->data + u0 * KERNEL_PANEL_ROWS * w->row_bytes, p1 - u0,
@@ -298,14 +343,18 @@ static void matmul_prepare(struct model_runner *r, matmul_task *task, matmul_job
         (act_cache_entry){.src = task->x, .epoch = r->epoch, .n_tok = task->n_tok, .n_in = w->n_in};
 }
 
-void forward_matmul_group(struct model_runner *r, int n, float *const *out,
-                          const model_weight *const *w, const float *x, int64_t n_tok) {
+/* forward_matmul_group, and with out_rows set (n 1) forward_matmul_rows. */
+static void matmul_run(struct model_runner *r, int n, float *const *out, float *const *out_rows,
+                       const model_weight *const *w, const float *x, int64_t n_tok) {
     matmul_task task = {.r = r, .x = x, .n_tok = n_tok};
     size_t widest = 1;
     bool heavy = false; /* a weight of more than one byte per element */
     for (int i = 0; i < n; i++) {
         matmul_job *job = &task.job[i];
-        *job = (matmul_job){.w = w[i], .out = out[i], .first_unit = task.n_units};
+        *job = (matmul_job){.w = w[i],
+                            .out = out ? out[i] : NULL,
+                            .out_rows = out_rows,
+                            .first_unit = task.n_units};
         job->n_units = (w[i]->n_out + KERNEL_PANEL_ROWS - 1) / KERNEL_PANEL_ROWS;
         task.n_units += job->n_units;
         if (r->m->params.compute != MODEL_COMPUTE_REFERENCE) matmul_prepare(r, &task, job);
@@ -329,9 +378,19 @@ void forward_matmul_group(struct model_runner *r, int n, float *const *out,
     threadpool_run_slices(r->pool, matmul_thread, &task);
 }
 
+void forward_matmul_group(struct model_runner *r, int n, float *const *out,
+                          const model_weight *const *w, const float *x, int64_t n_tok) {
+    matmul_run(r, n, out, NULL, w, x, n_tok);
+}
+
 void forward_matmul(struct model_runner *r, float *out, const model_weight *w, const float *x,
                     int64_t n_tok) {
-    forward_matmul_group(r, 1, &out, &w, x, n_tok);
+    matmul_run(r, 1, &out, NULL, &w, x, n_tok);
+}
+
+void forward_matmul_rows(struct model_runner *r, float *const *out_rows, const model_weight *w,
+                         const float *x, int64_t n_tok) {
+    matmul_run(r, 1, NULL, out_rows, &w, x, n_tok);
 }
 
 void forward_get_row(const struct model_runner *r, const model_weight *w, int64_t row, float *dst) {
@@ -366,19 +425,22 @@ static void kv_store(const struct model_runner *r, struct kv_cache *kv, void *ba
  * which the kernel serves with one pass over the KV rows; a group is cut into smaller sets only
  * when the units would not share out evenly among the threads (decoding a model with few KV
  * heads). The units are ordered head set first and split into contiguous ranges: that keeps the
- * threads' shares even in a prefill, where later tokens attend to more positions. Each head's
- * output is computed by the same operations whatever the sets and the split (kernels.h), so the
- * results do not depend on them. */
+ * threads' shares even in a prefill, where later tokens attend to more positions, and in a batch
+ * of sequences at different depths, since every thread gets all tokens of its head sets. A token
+ * attends over its own sequence's cache, positions 0 to its own. Each head's output is computed
+ * by the same operations whatever the sets and the split (kernels.h), so the results do not
+ * depend on them. */
 typedef struct attend_task {
     struct model_runner *r;
-    struct kv_cache *kv;
-    uint32_t il, p0, n_tok;
+    const forward_batch *b;
+    uint32_t il;
 } attend_task;
 
 static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
     const attend_task *task = arg;
     struct model_runner *r = task->r;
-    struct kv_cache *kv = task->kv;
+    const forward_batch *b = task->b;
+    const uint32_t n_tok = b->n_tok;
     const model_hparams *hp = &r->m->hp;
     const uint32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     /* Whole groups (each KV head's rows read once) where the units share out evenly among the
@@ -387,26 +449,27 @@ static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
      * group 3 and 3.) */
     uint32_t sets_per_group = (group + KERNEL_ATTN_MAX_HEADS - 1) / KERNEL_ATTN_MAX_HEADS;
     for (;;) {
-        const int64_t units = (int64_t)hp->n_head_kv * sets_per_group * task->n_tok;
+        const int64_t units = (int64_t)hp->n_head_kv * sets_per_group * n_tok;
         if (sets_per_group >= group || (units % nth == 0 || units >= 4 * (int64_t)nth)) break;
         sets_per_group++;
     }
     const uint32_t set_heads = (group + sets_per_group - 1) / sets_per_group;
     sets_per_group = (group + set_heads - 1) / set_heads;
     const int64_t n_q = (int64_t)hp->n_head * hd;
-    const int64_t n_units = (int64_t)hp->n_head_kv * sets_per_group * task->n_tok;
+    const int64_t n_units = (int64_t)hp->n_head_kv * sets_per_group * n_tok;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scores = r->scores + (size_t)ith * KERNEL_ATTN_MAX_HEADS * hp->n_ctx_train;
     const int64_t end = split_begin(n_units, ith + 1, nth);
     for (int64_t i = split_begin(n_units, ith, nth); i < end; i++) {
-        const uint32_t set = (uint32_t)(i / task->n_tok), t = (uint32_t)(i % task->n_tok);
+        const uint32_t set = (uint32_t)(i / n_tok), t = (uint32_t)(i % n_tok);
         const uint32_t kvh = set / sets_per_group;
         const uint32_t h0 = kvh * group + (set % sets_per_group) * set_heads;
         const uint32_t h1 = h0 + set_heads < (kvh + 1) * group ? h0 + set_heads : (kvh + 1) * group;
-        r->ops->attn_heads(
-            h1 - h0, r->q + t * n_q + (size_t)h0 * hd, kv_cache_row(kv, kv->k, task->il, kvh, 0),
-            kv_cache_row(kv, kv->v, task->il, kvh, 0), hd, task->p0 + t + 1, hd, scale,
-            kv->type == KV_TYPE_F16, scores, r->attn + t * n_q + (size_t)h0 * hd);
+        const struct kv_cache *kv = b->kv[t];
+        r->ops->attn_heads(h1 - h0, r->q + t * n_q + (size_t)h0 * hd,
+                           kv_cache_row(kv, kv->k, task->il, kvh, 0),
+                           kv_cache_row(kv, kv->v, task->il, kvh, 0), hd, b->pos[t] + 1, hd, scale,
+                           kv->type == KV_TYPE_F16, scores, r->attn + t * n_q + (size_t)h0 * hd);
     }
 }
 
@@ -423,15 +486,15 @@ static void add_bias(float *y, const model_weight *b, int64_t t0, int64_t t1) {
  * so a split of the tokens among threads changes no result. */
 typedef enum rows_op {
     ROWS_ADD_NORM, /* x += add (when add is set); xn = rms_norm(x) * norm (when norm is set) */
-    ROWS_QKV,      /* biases, rotation of q and k, k and v into the cache */
+    ROWS_QKV,      /* biases, rotation of q and k, k and v into each token's cache */
     ROWS_SWIGLU,   /* gate = silu(gate) * up */
 } rows_op;
 
 typedef struct rows_task {
     struct model_runner *r;
-    struct kv_cache *kv;
+    const forward_batch *b; /* ROWS_QKV: each token's cache and position */
     rows_op op;
-    uint32_t n_tok, il, p0;
+    uint32_t n_tok, il;
     const float *add;
     const model_weight *norm;
 } rows_task;
@@ -465,9 +528,9 @@ static void rows_thread(void *arg, uint32_t ith, uint32_t nth) {
                              cs);
                 r->ops->rope(&m->rope, r->k + t * n_kv, (int32_t)hp->n_head_kv,
                              (int32_t)hp->head_dim, cs);
-                const uint32_t pos = task->p0 + (uint32_t)t;
-                kv_store(r, task->kv, task->kv->k, il, pos, r->k + t * n_kv);
-                kv_store(r, task->kv, task->kv->v, il, pos, r->v + t * n_kv);
+                struct kv_cache *kv = task->b->kv[t];
+                kv_store(r, kv, kv->k, il, task->b->pos[t], r->k + t * n_kv);
+                kv_store(r, kv, kv->v, il, task->b->pos[t], r->v + t * n_kv);
             }
             break;
         }
@@ -488,17 +551,16 @@ static void forward_rows(const rows_task *task) {
         rows_thread((void *)task, 0, 1);
 }
 
-void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t *tokens,
-                     uint32_t n_tok) {
+void forward_decoder(struct model_runner *r, const forward_batch *b) {
     const struct model *m = r->m;
     const model_hparams *hp = &m->hp;
     const int64_t n_embd = hp->n_embd;
-    const uint32_t p0 = kv->n_pos;
+    const uint32_t n_tok = b->n_tok;
 
     for (uint32_t t = 0; t < n_tok; t++)
-        forward_get_row(r, &m->global[ARCH_ROLE_TOKEN_EMBD], tokens[t], r->x + t * n_embd);
+        forward_get_row(r, &m->global[ARCH_ROLE_TOKEN_EMBD], b->tokens[t], r->x + t * n_embd);
     for (uint32_t t = 0; t < n_tok; t++)
-        ops_rope_cache(&m->rope, (int32_t)(p0 + t), r->rope_cs + (size_t)t * hp->n_rot);
+        ops_rope_cache(&m->rope, (int32_t)b->pos[t], r->rope_cs + (size_t)t * hp->n_rot);
 
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         /* Attention (the previous layer's feed-forward output joins the residual here). */
@@ -515,9 +577,8 @@ void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t 
                                               model_layer_weight(m, il, ARCH_ROLE_ATTN_V)};
             forward_matmul_group(r, 3, outs, ws, r->xn, n_tok);
         }
-        forward_rows(
-            &(rows_task){.r = r, .kv = kv, .op = ROWS_QKV, .n_tok = n_tok, .il = il, .p0 = p0});
-        attend_task at = {.r = r, .kv = kv, .il = il, .p0 = p0, .n_tok = n_tok};
+        forward_rows(&(rows_task){.r = r, .b = b, .op = ROWS_QKV, .n_tok = n_tok, .il = il});
+        attend_task at = {.r = r, .b = b, .il = il};
         threadpool_run_slices(r->pool, attend_thread, &at);
         r->epoch++;
         forward_matmul(r, r->tmp, model_layer_weight(m, il, ARCH_ROLE_ATTN_OUT), r->attn, n_tok);
@@ -540,5 +601,6 @@ void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t 
         forward_matmul(r, r->tmp, model_layer_weight(m, il, ARCH_ROLE_FFN_DOWN), r->gate, n_tok);
     }
     forward_rows(&(rows_task){.r = r, .op = ROWS_ADD_NORM, .n_tok = n_tok, .add = r->tmp});
-    kv->n_pos = p0 + n_tok;
+    /* A sequence's tokens are in order: its last one leaves its cache's count. */
+    for (uint32_t t = 0; t < n_tok; t++) b->kv[t]->n_pos = b->pos[t] + 1;
 }

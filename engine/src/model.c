@@ -1,8 +1,11 @@
 /*
  * model.c — loading a model (hyperparameters, tokenizer, weight binding against the architecture
- * table), KV caches, runners, and model_forward's batching and output projection.
+ * table), KV caches, runners, and the forward pass's driver: model_forward_batch's checks, its
+ * cutting of the sequences' tokens into passes of the runner's max_batch, and the output
+ * projection (model_forward is its one-sequence case).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,9 +269,8 @@ static bool same_file(model_file_id a, model_file_id b) {
  * in place: types without a panel kernel, matrices of less than a panel, reference mode.
  */
 static void model_advise_file_pages(const struct model *m) {
-    gguf_advise_pages(m->file, gguf_file_data(m->file), gguf_file_size(m->file),
-                      GGUF_PAGES_SPARSE);
-    static const arch_role streamed[] = {ARCH_ROLE_ATTN_Q,   ARCH_ROLE_ATTN_K,  ARCH_ROLE_ATTN_V,
+    gguf_advise_pages(m->file, gguf_file_data(m->file), gguf_file_size(m->file), GGUF_PAGES_SPARSE);
+    static const arch_role streamed[] = {ARCH_ROLE_ATTN_Q,   ARCH_ROLE_ATTN_K,   ARCH_ROLE_ATTN_V,
                                          ARCH_ROLE_ATTN_OUT, ARCH_ROLE_FFN_GATE, ARCH_ROLE_FFN_UP,
                                          ARCH_ROLE_FFN_DOWN};
     const model_weight *out = &m->global[ARCH_ROLE_OUTPUT];
@@ -538,7 +540,14 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
         (r->scores = malloc(T * KERNEL_ATTN_MAX_HEADS * hp->n_ctx_train * sizeof(float))) &&
         (r->rope_cs = malloc(B * hp->n_rot * sizeof(float))) &&
         (r->row_f32 = malloc(T * max_in * sizeof(float))) &&
-        (r->kv_row = malloc(T * hp->head_dim * sizeof(float)));
+        (r->kv_row = malloc(T * hp->head_dim * sizeof(float))) &&
+        (r->tok_id = malloc(B * sizeof *r->tok_id)) &&
+        (r->tok_kv = malloc(B * sizeof *r->tok_kv)) &&
+        (r->tok_pos = malloc(B * sizeof *r->tok_pos)) &&
+        (r->out_tok = malloc(B * sizeof *r->out_tok)) &&
+        (r->out_row = malloc(B * sizeof *r->out_row)) &&
+        (r->scatter = malloc(T * FORWARD_SCATTER_TOKENS * FORWARD_SCATTER_PANELS *
+                             KERNEL_PANEL_ROWS * sizeof(float)));
     /* One quantized-activation buffer per partner type the model's weights use. */
     for (size_t i = 0; ok && i < ARCH_N_GLOBAL_ROLES + (size_t)hp->n_layer * ARCH_N_LAYER_ROLES;
          i++) {
@@ -579,9 +588,14 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
 void model_runner_destroy(model_runner **pr) {
     if (!pr || !*pr) return;
     struct model_runner *r = *pr;
-    float *bufs[] = {r->x,    r->xn, r->q,      r->k,       r->v,       r->attn,  r->tmp,
-                     r->gate, r->up, r->scores, r->rope_cs, r->row_f32, r->kv_row};
+    float *bufs[] = {r->x,    r->xn, r->q,      r->k,       r->v,       r->attn,   r->tmp,
+                     r->gate, r->up, r->scores, r->rope_cs, r->row_f32, r->kv_row, r->scatter};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(r->tok_id);
+    free(r->tok_kv);
+    free(r->tok_pos);
+    free(r->out_tok);
+    free(r->out_row);
     for (int t = 0; t < TENSOR_TYPE_COUNT; t++) free(r->act_q[t]);
     free(r->act_aux);
     free(r->act_f16_f32);
@@ -590,44 +604,140 @@ void model_runner_destroy(model_runner **pr) {
     *pr = NULL;
 }
 
-/* Output norm and projection of tokens [first, first+n) of the current batch into logits. */
-static void forward_logits(struct model_runner *r, uint32_t first, uint32_t n, float *logits) {
+/* ---- forward pass ---------------------------------------------------------------------------- */
+
+/* Output norm and projection of n tokens of the current pass into logits: tokens tok[i] (NULL:
+ * tokens 0..n-1) into rows[i] (NULL: the rows of logits[n][n_vocab]). One product for all of them,
+ * so the output weight is read once per pass however many sequences want logits. */
+static void forward_logits(struct model_runner *r, uint32_t n, const uint32_t *tok,
+                           float *const *rows, float *logits) {
     const struct model *m = r->m;
     const int64_t n_embd = m->hp.n_embd;
-    for (uint32_t t = 0; t < n; t++)
-        ops_rms_norm(r->xn + t * n_embd, r->x + (first + t) * n_embd,
+    for (uint32_t i = 0; i < n; i++)
+        ops_rms_norm(r->xn + i * n_embd, r->x + (tok ? tok[i] : i) * n_embd,
                      m->global[ARCH_ROLE_OUTPUT_NORM].data, n_embd, m->hp.rms_eps);
     r->epoch++;
-    forward_matmul(r, logits, &m->global[ARCH_ROLE_OUTPUT], r->xn, n);
+    /* One row is a plain product (which keeps the decode kernels' streams); several scatter. */
+    if (rows && n == 1)
+        forward_matmul(r, rows[0], &m->global[ARCH_ROLE_OUTPUT], r->xn, 1);
+    else if (rows)
+        forward_matmul_rows(r, rows, &m->global[ARCH_ROLE_OUTPUT], r->xn, n);
+    else
+        forward_matmul(r, logits, &m->global[ARCH_ROLE_OUTPUT], r->xn, n);
+}
+
+/* Tells one model_forward_batch call's checks from every other's (kv_cache.batch_call). */
+static _Atomic uint64_t batch_calls;
+
+/* Every check of model_forward_batch, before anything runs. `named`: messages name the sequence
+ * (model_forward's one sequence is not named). */
+static corral_status batch_check(const struct model_runner *r, const model_seq *seqs,
+                                 uint32_t n_seqs, bool named, corral_error *err) {
+    const struct model *m = r->m;
+    if (m->released)
+        return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
+                                "the model's weights are released (model_weights_restore first)");
+    if (n_seqs > 0 && !seqs)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "no sequences (NULL) for %u", n_seqs);
+    const uint64_t call = atomic_fetch_add(&batch_calls, 1) + 1;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        const model_seq *q = &seqs[s];
+        char who[32] = "";
+        if (named) snprintf(who, sizeof who, "sequence %u: ", s);
+        if (!q->kv) return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%sno KV cache", who);
+        if (q->kv->m != m)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%sthe KV cache belongs to another model", who);
+        if (q->kv->batch_call == call)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%sthe KV cache is an earlier sequence's too (a cache can "
+                                    "take one sequence per call)",
+                                    who);
+        q->kv->batch_call = call;
+        if (q->n_tokens == 0 || !q->tokens)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%sno tokens", who);
+        if ((uint64_t)q->kv->n_pos + q->n_tokens > q->kv->n_ctx)
+            return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                                    "%s%u more tokens do not fit: context holds %u of %u positions",
+                                    who, q->n_tokens, q->kv->n_pos, q->kv->n_ctx);
+        for (uint32_t i = 0; i < q->n_tokens; i++)
+            if (q->tokens[i] < 0 || (uint32_t)q->tokens[i] >= m->hp.n_vocab)
+                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                        "%stoken id %d at index %u is outside the vocabulary (%u)",
+                                        who, q->tokens[i], i, m->hp.n_vocab);
+    }
+    return CORRAL_OK;
+}
+
+/*
+ * Run checked sequences in passes of up to max_batch tokens. A pass takes the sequences in order,
+ * as many tokens of each as still fit: a sequence that does not fit whole is cut, and its other
+ * tokens start the next pass, which sees the first ones in its cache (n_pos advances at the end of
+ * every pass, so a token's position is always its cache's n_pos plus its index in the pass's part
+ * of the sequence). After each pass the sequences that ended in it and want logits get them, in
+ * one output product. all_logits (one sequence only: model_forward's MODEL_LOGITS_ALL) takes the
+ * logits of every token instead.
+ */
+static void batch_run(struct model_runner *r, const model_seq *seqs, uint32_t n_seqs,
+                      float *all_logits) {
+    const struct model *m = r->m;
+    uint32_t s = 0, i = 0; /* the next token to run: sequence s, its token i */
+    size_t done = 0;       /* tokens run so far (all_logits) */
+    while (s < n_seqs) {
+        uint32_t n = 0, n_out = 0;
+        while (s < n_seqs && n < r->max_batch) {
+            const model_seq *q = &seqs[s];
+            const uint32_t left = q->n_tokens - i, room = r->max_batch - n;
+            const uint32_t take = left < room ? left : room;
+            for (uint32_t j = 0; j < take; j++) {
+                r->tok_id[n + j] = q->tokens[i + j];
+                r->tok_kv[n + j] = q->kv;
+                r->tok_pos[n + j] = q->kv->n_pos + j;
+            }
+            n += take;
+            i += take;
+            if (i < q->n_tokens) break; /* the pass is full; the rest starts the next one */
+            if (q->logits) {
+                r->out_tok[n_out] = n - 1;
+                r->out_row[n_out++] = q->logits;
+            }
+            s++;
+            i = 0;
+        }
+        const forward_batch b = {
+            .n_tok = n, .tokens = r->tok_id, .kv = r->tok_kv, .pos = r->tok_pos};
+        m->arch->forward(r, &b);
+        if (all_logits)
+            forward_logits(r, n, NULL, NULL, all_logits + done * m->hp.n_vocab);
+        else if (n_out > 0)
+            forward_logits(r, n_out, r->out_tok, r->out_row, NULL);
+        done += n;
+    }
 }
 
 corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens, uint32_t n_tokens,
                             model_logits which, float *logits, corral_error *err) {
-    const struct model *m = r->m;
-    if (kv->m != m)
+    if (kv->m != r->m)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "the KV cache belongs to another model");
-    if (m->released)
+    if (r->m->released)
         return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
                                 "the model's weights are released (model_weights_restore first)");
     if (n_tokens == 0) return CORRAL_OK;
-    if ((uint64_t)kv->n_pos + n_tokens > kv->n_ctx)
-        return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
-                                "%u more tokens do not fit: context holds %u of %u positions",
-                                n_tokens, kv->n_pos, kv->n_ctx);
-    for (uint32_t i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "token id %d at index %u is outside the vocabulary (%u)",
-                                    tokens[i], i, m->hp.n_vocab);
-    for (uint32_t done = 0; done < n_tokens;) {
-        const uint32_t n = n_tokens - done < r->max_batch ? n_tokens - done : r->max_batch;
-        m->arch->forward(r, kv, tokens + done, n);
-        if (which == MODEL_LOGITS_ALL)
-            forward_logits(r, 0, n, logits + (size_t)done * m->hp.n_vocab);
-        else if (which == MODEL_LOGITS_LAST && done + n == n_tokens)
-            forward_logits(r, n - 1, 1, logits);
-        done += n;
-    }
+    const model_seq seq = {.kv = kv,
+                           .tokens = tokens,
+                           .n_tokens = n_tokens,
+                           .logits = which == MODEL_LOGITS_LAST ? logits : NULL};
+    const corral_status st = batch_check(r, &seq, 1, false, err);
+    if (st != CORRAL_OK) return st;
+    batch_run(r, &seq, 1, which == MODEL_LOGITS_ALL ? logits : NULL);
+    return CORRAL_OK;
+}
+
+corral_status model_forward_batch(model_runner *r, const model_seq *seqs, uint32_t n_seqs,
+                                  corral_error *err) {
+    const corral_status st = batch_check(r, seqs, n_seqs, true, err);
+    if (st != CORRAL_OK) return st;
+    batch_run(r, seqs, n_seqs, NULL);
     return CORRAL_OK;
 }

@@ -15,8 +15,8 @@
 
 /* One weight matrix (or vector) bound from the file: rows of n_in elements of `type`. */
 typedef struct model_weight {
-    const void *data; /* into the file mapping (or the repacked copy); NULL when the (optional)
-                         tensor is absent */
+    const void *data;      /* into the file mapping (or the repacked copy); NULL when the (optional)
+                              tensor is absent */
     const void *file_data; /* into the file mapping, always (data before any repacking) */
     uint32_t type;
     int64_t n_in;     /* ne[0]: elements per row */
@@ -74,6 +74,9 @@ struct kv_cache {
      * streams them instead of reading a head's part of every position's row. */
     void *k;
     void *v;
+    /* The model_forward_batch call that last checked this cache (a number unique in the process),
+     * which finds the same cache given twice in one call without a search. */
+    uint64_t batch_call;
 };
 
 /* The row of (layer, KV head, position) in base (kv->k or kv->v). */
@@ -125,7 +128,24 @@ struct model_runner {
      * when the model has F16 panels. */
     float *act_f16_f32;
     uint64_t epoch;
+    /* The batch of a pass (forward_batch), [max_batch] each: every token's id, its sequence's
+     * cache and its position there. */
+    int32_t *tok_id;
+    struct kv_cache **tok_kv;
+    uint32_t *tok_pos;
+    /* The tokens of a pass whose logits are wanted (each a sequence's last) and where each
+     * sequence wants them, [max_batch] each. */
+    uint32_t *out_tok;
+    float **out_row;
+    /* Per thread, a tile of panel-kernel outputs on their way to scattered rows (a matrix product
+     * whose tokens write to rows of their own: the logits of a batch of sequences),
+     * [n_threads][FORWARD_SCATTER_TOKENS * FORWARD_SCATTER_PANELS * KERNEL_PANEL_ROWS]. */
+    float *scatter;
 };
+
+/* The tile of forward_matmul_rows' panel outputs, in tokens and panels (runner->scatter). */
+#define FORWARD_SCATTER_TOKENS 16
+#define FORWARD_SCATTER_PANELS 16
 
 /* Put the weights the path has panel kernels for into panel layout (model_repack.c); a no-op in
  * reference mode. CORRAL_OUT_OF_MEMORY with err set when the copy cannot be made. */
@@ -142,14 +162,19 @@ void model__populate(const void *p, size_t n);
 /* Release what model__repack made. NULL-safe; sets *p to NULL. */
 void model__packed_destroy(struct model_packed **p);
 
-/* The llama-style decoder (forward.c). */
-void forward_decoder(struct model_runner *r, struct kv_cache *kv, const int32_t *tokens,
-                     uint32_t n_tok);
+/* The llama-style decoder (forward.c): an arch_forward_fn. */
+void forward_decoder(struct model_runner *r, const forward_batch *b);
 
 /* out[t][row] = W[row] . x[t] for t < n_tok, rows of W, split over the runner's pool
  * (forward.c). */
 void forward_matmul(struct model_runner *r, float *out, const model_weight *w, const float *x,
                     int64_t n_tok);
+
+/* The same with token t's outputs at out_rows[t] (n_out floats each), rows that need not be
+ * spaced evenly: the output projection of a batch of sequences, into each one's logits. The same
+ * bits as forward_matmul. */
+void forward_matmul_rows(struct model_runner *r, float *const *out_rows, const model_weight *w,
+                         const float *x, int64_t n_tok);
 
 /* Up to FORWARD_MAX_GROUP products of the same input in one pool run: out[i] = W[i] x (Q, K and
  * V; gate and up). */

@@ -1,7 +1,8 @@
 /*
  * test_model.c — Check suite for the model module: logits of every reference model against
  * llama.cpp's and an independent float64 implementation's, greedy generation against llama.cpp's
- * transcripts, KV cache operations, bit-identical logits for any thread count, and bad model
+ * transcripts, KV cache operations, bit-identical logits for any thread count, batches of
+ * sequences (model_forward_batch) bit-identical with each sequence run alone, and bad model
  * files.
  *
  * Error budgets (from the engine-correctness issue):
@@ -22,6 +23,7 @@
 
 #include "corral/gguf.h"
 #include "corral/model.h"
+#include "corral/synth.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
 #include "corral/tokenizer.h"
@@ -788,9 +790,9 @@ static long mapping_rss_kb(const void *addr) {
 static void encode(const model *m, int32_t *ids, size_t *n) {
     const char *text = "Once upon a time, a little girl";
     corral_error err;
-    ck_assert_int_eq(tok_encode(model_get_tokenizer(m), text, strlen(text), TOK_ADD_SPECIAL, ids,
-                                *n, n, &err),
-                     CORRAL_OK);
+    ck_assert_int_eq(
+        tok_encode(model_get_tokenizer(m), text, strlen(text), TOK_ADD_SPECIAL, ids, *n, n, &err),
+        CORRAL_OK);
 }
 
 /* Release the weights of a model that has run, and bring them back: the file's pages leave the
@@ -879,6 +881,301 @@ START_TEST(test_release_restore_file_layout) {
 }
 END_TEST
 
+/* ---- batches of sequences (model_forward_batch) ------------------------------------------- */
+
+enum { BATCH_SEQS = 8, BATCH_STREAM = 160, BATCH_CTX = 192 };
+
+/* One step of a scenario: sequences run together in one model_forward_batch call, in the order
+ * given, each with its number of tokens (1: a decode step) and whether it wants logits. */
+typedef struct batch_part {
+    int seq;
+    uint32_t n;
+    int logits;
+} batch_part;
+
+typedef struct batch_step {
+    int n_parts;
+    batch_part part[BATCH_SEQS];
+} batch_step;
+
+/* Positions each sequence holds before the scenario: fresh ones, and ones continuing earlier
+ * positions (prefilled alone). */
+static const uint32_t BATCH_HISTORY[BATCH_SEQS] = {0, 0, 9, 21, 0, 3, 12, 1};
+
+static const batch_step BATCH_STEPS[] = {
+    /* All eight at once: prompts of 1..40 tokens beside single decode tokens; 75 tokens. */
+    {8, {{0, 1, 1}, {1, 40, 1}, {2, 5, 0}, {3, 1, 1}, {4, 17, 1}, {5, 1, 1}, {6, 9, 1}, {7, 1, 1}}},
+    /* Prefill chunks between decode tokens, another order, two sequences resting. */
+    {6, {{5, 1, 1}, {1, 6, 1}, {7, 1, 1}, {3, 7, 1}, {0, 1, 1}, {6, 1, 1}}},
+    /* The reverse order; one long chunk in the middle. */
+    {8, {{7, 1, 1}, {6, 1, 1}, {5, 1, 1}, {4, 11, 1}, {3, 1, 1}, {2, 1, 1}, {1, 1, 1}, {0, 1, 1}}},
+    /* Decode rounds. */
+    {8, {{2, 1, 1}, {0, 1, 1}, {4, 1, 1}, {6, 1, 1}, {1, 1, 1}, {3, 1, 1}, {5, 1, 1}, {7, 1, 1}}},
+    {8, {{3, 1, 1}, {4, 1, 1}, {5, 1, 1}, {6, 1, 1}, {7, 1, 1}, {0, 1, 1}, {1, 1, 1}, {2, 1, 1}}},
+    /* One sequence alone through the batch entry point. */
+    {1, {{6, 3, 1}}},
+};
+
+/* What a scenario varies. */
+typedef struct batch_config {
+    kv_type kvt;
+    uint32_t n_threads;
+    uint32_t max_batch; /* 0: 512, every step one pass; small: the steps straddle passes */
+} batch_config;
+
+/* Every model runs in the first two configurations (one and two threads, both KV types, one
+ * pass and straddled passes); some in all four, which cover every pair of the three. */
+static const batch_config BATCH_CONFIGS[] = {
+    {KV_TYPE_F32, 1, 0},
+    {KV_TYPE_F16, 2, 11},
+    {KV_TYPE_F16, 1, 11},
+    {KV_TYPE_F32, 2, 0},
+};
+enum { BATCH_FEW_CONFIGS = 2, BATCH_ALL_CONFIGS = 4 };
+
+/* Token i of sequence s's stream: the reference ids, each sequence from its own offset. */
+static int32_t batch_token(const int32_t *ids, uint32_t n_vocab, int s, uint32_t i) {
+    return ids[(uint32_t)(s * 5 + 3 * (int)i) % 32] % (int32_t)n_vocab;
+}
+
+/* The cache contents of positions [0, n_pos) (keys and values of every layer and head) equal. */
+static void check_same_cache(const kv_cache *a, const kv_cache *b, uint32_t n_layer,
+                             uint32_t n_head_kv, const char *what) {
+    ck_assert_uint_eq(kv_cache_n_pos(a), kv_cache_n_pos(b));
+    for (uint32_t il = 0; il < n_layer; il++)
+        for (uint32_t h = 0; h < n_head_kv; h++)
+            for (int values = 0; values < 2; values++) {
+                size_t ra, rb;
+                const void *pa = kv_cache_rows(a, il, h, values, &ra);
+                const void *pb = kv_cache_rows(b, il, h, values, &rb);
+                ck_assert_uint_eq(ra, rb);
+                ck_assert_msg(memcmp(pa, pb, ra * kv_cache_n_pos(a)) == 0,
+                              "%s: cache layer %u head %u %s differ", what, il, h,
+                              values ? "values" : "keys");
+            }
+}
+
+/* Run BATCH_STEPS on the model at path in one configuration: every sequence's logits of every
+ * batched step bit-identical (memcmp) with that sequence run alone by model_forward on its own
+ * cache, and the caches alike at the end. */
+static void check_batch_scenario(const char *path, const batch_config *cfg) {
+    corral_error err;
+    model *m = model_load(path, NULL, &err);
+    ck_assert_msg(m != NULL, "%s: %s", path, err.message);
+    const model_hparams *hp = model_get_hparams(m);
+    const uint32_t n_vocab = hp->n_vocab;
+    threadpool *pool = NULL;
+    if (cfg->n_threads > 1) {
+        pool = threadpool_new(cfg->n_threads, &err);
+        ck_assert_msg(pool != NULL, "%s", err.message);
+    }
+    model_runner *r = model_runner_new(m, cfg->max_batch, pool, &err);
+    ck_assert_ptr_nonnull(r);
+    int32_t ids[32];
+    ck_assert_int_eq(ref_read_ids("reference/synth-llama-f32.ids.txt", ids, 32), 32);
+    kv_cache *kv[BATCH_SEQS], *alone[BATCH_SEQS];
+    int32_t stream[BATCH_SEQS][BATCH_STREAM];
+    uint32_t used[BATCH_SEQS];
+    float *want = malloc((size_t)BATCH_SEQS * n_vocab * sizeof(float));
+    float *got = malloc((size_t)BATCH_SEQS * n_vocab * sizeof(float));
+    for (int s = 0; s < BATCH_SEQS; s++) {
+        kv[s] = kv_cache_new(m, BATCH_CTX, cfg->kvt, &err);
+        alone[s] = kv_cache_new(m, BATCH_CTX, cfg->kvt, &err);
+        ck_assert_ptr_nonnull(kv[s]);
+        ck_assert_ptr_nonnull(alone[s]);
+        for (uint32_t i = 0; i < BATCH_STREAM; i++) stream[s][i] = batch_token(ids, n_vocab, s, i);
+        used[s] = BATCH_HISTORY[s];
+        if (used[s] == 0) continue;
+        ck_assert_int_eq(model_forward(r, kv[s], stream[s], used[s], MODEL_LOGITS_NONE, NULL, &err),
+                         CORRAL_OK);
+        ck_assert_int_eq(
+            model_forward(r, alone[s], stream[s], used[s], MODEL_LOGITS_NONE, NULL, &err),
+            CORRAL_OK);
+    }
+    for (size_t k = 0; k < sizeof BATCH_STEPS / sizeof BATCH_STEPS[0]; k++) {
+        const batch_step *step = &BATCH_STEPS[k];
+        model_seq seqs[BATCH_SEQS];
+        for (int j = 0; j < step->n_parts; j++) {
+            const batch_part *p = &step->part[j];
+            ck_assert_uint_le(used[p->seq] + p->n, BATCH_STREAM);
+            float *w = want + (size_t)p->seq * n_vocab, *g = got + (size_t)p->seq * n_vocab;
+            ck_assert_int_eq(model_forward(r, alone[p->seq], stream[p->seq] + used[p->seq], p->n,
+                                           p->logits ? MODEL_LOGITS_LAST : MODEL_LOGITS_NONE, w,
+                                           &err),
+                             CORRAL_OK);
+            seqs[j] = (model_seq){.kv = kv[p->seq],
+                                  .tokens = stream[p->seq] + used[p->seq],
+                                  .n_tokens = p->n,
+                                  .logits = p->logits ? g : NULL};
+            memset(g, 0xff, n_vocab * sizeof(float)); /* NaNs: a row never written cannot pass */
+        }
+        ck_assert_msg(model_forward_batch(r, seqs, (uint32_t)step->n_parts, &err) == CORRAL_OK,
+                      "%s", err.message);
+        for (int j = 0; j < step->n_parts; j++) {
+            const batch_part *p = &step->part[j];
+            used[p->seq] += p->n;
+            ck_assert_uint_eq(kv_cache_n_pos(kv[p->seq]), used[p->seq]);
+            if (!p->logits) continue;
+            ck_assert_msg(memcmp(got + (size_t)p->seq * n_vocab, want + (size_t)p->seq * n_vocab,
+                                 n_vocab * sizeof(float)) == 0,
+                          "%s (kv %s, %u threads, max_batch %u): step %zu, sequence %d (%u "
+                          "tokens at position %u) differs from the sequence run alone",
+                          path, cfg->kvt == KV_TYPE_F16 ? "f16" : "f32", cfg->n_threads,
+                          cfg->max_batch, k, p->seq, p->n, used[p->seq] - p->n);
+        }
+    }
+    for (int s = 0; s < BATCH_SEQS; s++) {
+        check_same_cache(kv[s], alone[s], hp->n_layer, hp->n_head_kv, path);
+        kv_cache_destroy(&kv[s]);
+        kv_cache_destroy(&alone[s]);
+    }
+    free(want);
+    free(got);
+    model_runner_destroy(&r);
+    threadpool_destroy(&pool);
+    model_destroy(&m);
+}
+
+/* The scenario on each model; the first one in every configuration, the others in the first
+ * BATCH_FEW_CONFIGS (a scalar sanitizer run on a busy machine must stay within Check's limit). */
+static void check_batch_models(const char *const *stems, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char rel[200];
+        snprintf(rel, sizeof rel, "models/%s.gguf", stems[i]);
+        for (int c = 0; c < (i == 0 ? BATCH_ALL_CONFIGS : BATCH_FEW_CONFIGS); c++)
+            check_batch_scenario(test_shared_path(rel), &BATCH_CONFIGS[c]);
+    }
+}
+
+START_TEST(test_batch_equals_alone_llama) {
+    static const char *const stems[] = {"synth-llama-q4_0", "synth-llama-f32", "synth-llama-f16",
+                                        "synth-llama-q8_0", "synth-llama-q4_k_m"};
+    check_batch_models(stems, sizeof stems / sizeof stems[0]);
+}
+END_TEST
+
+/* qwen2: Q/K/V biases and NEOX rotation; stories260K: head size 8, F16 ffn_down rows of 172. */
+START_TEST(test_batch_equals_alone_qwen2_stories) {
+    static const char *const stems[] = {"synth-qwen2-f16", "synth-qwen2-f32", "synth-qwen2-q8_0",
+                                        "stories260K-q4_0"};
+    check_batch_models(stems, sizeof stems / sizeof stems[0]);
+}
+END_TEST
+
+/* A vocabulary of 509: the output projection (Q6_K) has 13 rows after its last panel, which the
+ * scattered product computes row by row. */
+START_TEST(test_batch_equals_alone_odd_vocab) {
+    synth_params p = synth_params_default();
+    p.type = SYNTH_TYPE_Q4_0;
+    p.n_vocab = 509;
+    p.n_ctx = BATCH_CTX;
+    p.n_threads = 1;
+    char path[400];
+    snprintf(path, sizeof path, "%s/odd-vocab.gguf", tmp_dir);
+    corral_error err;
+    ck_assert_msg(synth_write(&p, path, NULL, &err) == CORRAL_OK, "%s", err.message);
+    for (int c = 0; c < BATCH_FEW_CONFIGS; c++) check_batch_scenario(path, &BATCH_CONFIGS[c]);
+}
+END_TEST
+
+/* A runner of one token per pass (every sequence straddles passes), a sequence that fills its
+ * context exactly, and a call with no sequences. */
+START_TEST(test_batch_limits) {
+    corral_error err;
+    model *m = model_load(test_shared_path("models/synth-llama-q8_0.gguf"), NULL, &err);
+    ck_assert_ptr_nonnull(m);
+    model_runner *one = model_runner_new(m, 1, NULL, &err),
+                 *wide = model_runner_new(m, 0, NULL, &err);
+    int32_t ids[32];
+    ck_assert_int_eq(ref_read_ids("reference/synth-llama-q8_0.ids.txt", ids, 32), 32);
+    kv_cache *a = kv_cache_new(m, 16, KV_TYPE_F16, &err),
+             *b = kv_cache_new(m, 16, KV_TYPE_F16, &err);
+    kv_cache *c = kv_cache_new(m, 16, KV_TYPE_F16, &err),
+             *d = kv_cache_new(m, 16, KV_TYPE_F16, &err);
+    float want[2][N_VOCAB], got[2][N_VOCAB];
+    ck_assert_int_eq(model_forward(wide, a, ids, 16, MODEL_LOGITS_LAST, want[0], &err), CORRAL_OK);
+    ck_assert_int_eq(model_forward(wide, b, ids + 3, 5, MODEL_LOGITS_LAST, want[1], &err),
+                     CORRAL_OK);
+    const model_seq seqs[] = {{.kv = c, .tokens = ids, .n_tokens = 16, .logits = got[0]},
+                              {.kv = d, .tokens = ids + 3, .n_tokens = 5, .logits = got[1]}};
+    ck_assert_int_eq(model_forward_batch(one, seqs, 2, &err), CORRAL_OK);
+    ck_assert_uint_eq(kv_cache_n_pos(c), 16);
+    ck_assert_uint_eq(kv_cache_n_pos(d), 5);
+    ck_assert(memcmp(got, want, sizeof got) == 0);
+    ck_assert_int_eq(model_forward_batch(one, NULL, 0, &err), CORRAL_OK);
+    kv_cache_destroy(&a);
+    kv_cache_destroy(&b);
+    kv_cache_destroy(&c);
+    kv_cache_destroy(&d);
+    model_runner_destroy(&one);
+    model_runner_destroy(&wide);
+    model_destroy(&m);
+}
+END_TEST
+
+/* Expect model_forward_batch to fail with `want` and a message containing `text`, with no cache
+ * of `kvs` changed in length. */
+static void expect_batch_error(model_runner *r, const model_seq *seqs, uint32_t n,
+                               kv_cache *const *kvs, int n_kvs, corral_status want,
+                               const char *text) {
+    uint32_t before[8];
+    for (int i = 0; i < n_kvs; i++) before[i] = kv_cache_n_pos(kvs[i]);
+    corral_error err;
+    ck_assert_int_eq(model_forward_batch(r, seqs, n, &err), want);
+    ck_assert_msg(strstr(err.message, text) != NULL, "'%s' lacks '%s'", err.message, text);
+    for (int i = 0; i < n_kvs; i++)
+        ck_assert_msg(kv_cache_n_pos(kvs[i]) == before[i], "cache %d changed on error", i);
+}
+
+START_TEST(test_batch_errors) {
+    corral_error err;
+    model *m = model_load(test_shared_path("models/synth-llama-q4_0.gguf"), NULL, &err);
+    model *other = model_load(test_shared_path("models/synth-llama-q8_0.gguf"), NULL, &err);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_ptr_nonnull(other);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
+    kv_cache *kv[3], *foreign = kv_cache_new(other, 16, KV_TYPE_F16, &err);
+    for (int i = 0; i < 3; i++) kv[i] = kv_cache_new(m, 16, KV_TYPE_F16, &err);
+    const int32_t ids[] = {1, 7, 99, 3, 250, 12, 41, 8}, bad[] = {1, 512};
+    ck_assert_int_eq(model_forward(r, kv[2], ids, 8, MODEL_LOGITS_NONE, NULL, &err), CORRAL_OK);
+    float l[3][N_VOCAB];
+    model_seq seqs[3] = {{.kv = kv[0], .tokens = ids, .n_tokens = 4, .logits = l[0]},
+                         {.kv = kv[1], .tokens = ids, .n_tokens = 1, .logits = l[1]},
+                         {.kv = kv[2], .tokens = ids, .n_tokens = 8, .logits = l[2]}};
+    /* kv[2] holds 8 of 16: its 8 more fit exactly; the call is valid as given. */
+    seqs[2].kv = kv[0];
+    expect_batch_error(r, seqs, 3, kv, 3, CORRAL_INVALID_ARGUMENT, "sequence 2");
+    expect_batch_error(r, seqs, 3, kv, 3, CORRAL_INVALID_ARGUMENT, "an earlier sequence's");
+    seqs[2].kv = kv[2];
+    seqs[1].tokens = bad;
+    seqs[1].n_tokens = 2;
+    expect_batch_error(r, seqs, 3, kv, 3, CORRAL_INVALID_ARGUMENT, "sequence 1: token id 512");
+    seqs[1].tokens = ids;
+    seqs[2].n_tokens = 9;
+    expect_batch_error(r, seqs, 3, kv, 3, CORRAL_RESOURCE_EXHAUSTED, "sequence 2: 9 more tokens");
+    seqs[2].n_tokens = 8;
+    seqs[0].kv = foreign;
+    expect_batch_error(r, seqs, 3, kv, 3, CORRAL_INVALID_ARGUMENT, "another model");
+    seqs[0].kv = kv[0];
+    seqs[1].n_tokens = 0;
+    expect_batch_error(r, seqs, 3, kv, 3, CORRAL_INVALID_ARGUMENT, "sequence 1: no tokens");
+    seqs[1].n_tokens = 1;
+    model_weights_release(m);
+    expect_batch_error(r, seqs, 3, kv, 3, CORRAL_FAILED_PRECONDITION, "released");
+    ck_assert_int_eq(model_weights_restore(m, &err), CORRAL_OK);
+    /* The same call, valid now, runs. */
+    ck_assert_msg(model_forward_batch(r, seqs, 3, &err) == CORRAL_OK, "%s", err.message);
+    ck_assert_uint_eq(kv_cache_n_pos(kv[0]), 4);
+    ck_assert_uint_eq(kv_cache_n_pos(kv[1]), 1);
+    ck_assert_uint_eq(kv_cache_n_pos(kv[2]), 16);
+    for (int i = 0; i < 3; i++) kv_cache_destroy(&kv[i]);
+    kv_cache_destroy(&foreign);
+    model_runner_destroy(&r);
+    model_destroy(&other);
+    model_destroy(&m);
+}
+END_TEST
+
 static Suite *model_suite(void) {
     Suite *s = suite_create("model");
     TCase *core = tcase_create("core");
@@ -904,6 +1201,18 @@ static Suite *model_suite(void) {
     tcase_add_test(errors, test_unchanged_copy_loads);
     tcase_add_test(errors, test_bad_model_files);
     suite_add_tcase(s, errors);
+    TCase *batch = tcase_create("batch");
+    tcase_add_checked_fixture(batch, tmp_setup, tmp_teardown);
+    tcase_add_test(batch, test_batch_equals_alone_llama);
+    tcase_add_test(batch, test_batch_equals_alone_qwen2_stories);
+    tcase_add_test(batch, test_batch_equals_alone_odd_vocab);
+    suite_add_tcase(s, batch);
+    TCase *batch_limits = tcase_create("batch_limits");
+    tcase_add_test(batch_limits, test_batch_limits);
+    suite_add_tcase(s, batch_limits);
+    TCase *batch_errors = tcase_create("batch_errors");
+    tcase_add_test(batch_errors, test_batch_errors);
+    suite_add_tcase(s, batch_errors);
     TCase *cache = tcase_create("cache");
     tcase_add_checked_fixture(cache, tmp_setup, tmp_teardown);
     tcase_add_test(cache, test_repacked_weights_cache);

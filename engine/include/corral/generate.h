@@ -10,6 +10,10 @@
  * (its logits are only needed then), so the last token of a finished generation costs nothing;
  * its position is not in the KV cache. Text is emitted only when it is certain: complete UTF-8
  * characters, and never a possible beginning of a stop string.
+ *
+ * Many generations over one model and runner can step together (gen_step_batch): their forward
+ * passes become one batched pass (model_forward_batch), and each then samples on its own, with
+ * the very results it would have had alone.
  */
 #ifndef CORRAL_GENERATE_H
 #define CORRAL_GENERATE_H
@@ -88,6 +92,47 @@ corral_status gen_prefill(generator *g, const int32_t *ids, uint32_t n, corral_e
  * the end or before any prefill, a model error, or the processor's error (its `accept` refused
  * the token, or its `finished` reported that the output cannot be completed). */
 corral_status gen_next(generator *g, gen_token *out, corral_error *err);
+
+/* One generator's part of a batched step (gen_step_batch). */
+typedef struct gen_batch_item {
+    generator *g;
+    const int32_t *prefill; /* prompt tokens for this step, as gen_prefill takes them; NULL: a
+                               decode step, as gen_next */
+    uint32_t n_prefill;
+    /* Out. */
+    corral_status status; /* CORRAL_OK, or the error gen_prefill / gen_next would have returned */
+    gen_token token;      /* decode steps: what gen_next would have given */
+    corral_error err;     /* the message when status is an error */
+} gen_batch_item;
+
+/* Most sequences gen_step_batch puts into one model_forward_batch call (the call's own stack holds
+ * their descriptions). */
+#define GEN_BATCH_PASS_SEQS 128
+
+/* Step several generations at once: the prefill slices and the decode steps of all items run
+ * through the model in one model_forward_batch (the weights read once for all of them), then
+ * every decode item samples exactly as gen_next does (its own penalties, sampler, processor, stop
+ * strings and text), in item order. Item by item the outcome is what gen_prefill (prefill set) or
+ * gen_next (prefill NULL) called alone would give: the same logits bit for bit, the same token,
+ * text, stop reason, error and counters; each item's prefill_ns / decode_ns count the whole shared
+ * pass. A decode that needs no pass (the generation ended, the context is full, the processor
+ * finished before any token, the first token after gen_prefill) is done without one. An item that
+ * cannot run (a prefill that does not fit its context or holds a token outside the vocabulary, a
+ * prefill after gen_next) fails alone, without the pass; so does one whose sampling fails (a
+ * constraint that cannot be completed, a processor refusing the token). An empty prefill
+ * (n_prefill 0) does nothing.
+ *
+ * Every generator must be over the same model and runner (those given to gen_new), and none may
+ * appear twice: else CORRAL_INVALID_ARGUMENT, every item gets that status and nothing runs. Two
+ * generators over one KV cache cannot share a pass: model_forward_batch refuses it, and that, like
+ * any failure of the pass itself (weights released), fails every item that needed the pass, with
+ * the pass's error, which is also returned; the other items keep their own results. Otherwise
+ * returns CORRAL_OK: the items carry their own statuses. A step with more items needing the pass
+ * than GEN_BATCH_PASS_SEQS runs one model_forward_batch per GEN_BATCH_PASS_SEQS of them, with the
+ * same results. Nothing is allocated. Not thread-safe: the generators, their caches and the runner
+ * must not be used by anyone else during the call. items is borrowed for the call; each
+ * token.text until its generator's next call. */
+corral_status gen_step_batch(gen_batch_item *items, uint32_t n, corral_error *err);
 
 /* End the generation early (cancellation): releases held-back text into *out with
  * stop = reason. Further gen_next calls fail. */

@@ -11,15 +11,17 @@
  *                sequences.
  *   kv_cache     the attention keys and values of one sequence (a conversation), with the number
  *                of positions filled; it can be extended, truncated and copied.
- *   model_runner scratch buffers for one forward pass at a time (sized for a batch of tokens),
- *                and the thread pool its passes run on. One per stream of work; a runner can
- *                serve any number of kv caches in turn.
+ *   model_runner scratch buffers for one forward pass at a time (sized for a batch of tokens,
+ *                which may belong to several sequences: model_forward_batch), and the thread
+ *                pool its passes run on. One per stream of work; a runner can serve any number
+ *                of kv caches, in turn or batched together.
  *
  * Threads. A runner made with a thread pool splits every matrix product over the pool's threads
  * by rows of the weight (each thread a contiguous range), attention by heads, and the row
  * operations (norms, rotations) of a long batch by tokens. Every output element is computed by
  * exactly one thread with the same arithmetic in the same order, so the logits are bit-identical
- * whatever the number of threads, and whatever the number of tokens per model_forward call.
+ * whatever the number of threads, the number of tokens per model_forward call, and the other
+ * sequences a model_forward_batch call runs beside them.
  *
  * Architectures are rows of a table (engine/src/arch.c): llama (Llama 2/3, TinyLlama, SmolLM,
  * Mistral) and qwen2. An unknown general.architecture is an error naming it.
@@ -191,12 +193,47 @@ typedef enum model_logits {
 } model_logits;
 
 /* Run tokens[0..n_tokens) at the next positions of kv (appending them), in batches of the
- * runner's max_batch, and write the requested logits. Errors: CORRAL_INVALID_ARGUMENT for a token
- * id outside the vocabulary (nothing is appended), CORRAL_RESOURCE_EXHAUSTED when the tokens do
- * not fit in the cache's context (nothing is appended). Not thread-safe for the same runner or
- * kv cache; different (runner, kv) pairs may run concurrently on one model, except runners that
- * share a thread pool (a pool runs one pass at a time: see threadpool.h). */
+ * runner's max_batch, and write the requested logits: the one-sequence case of
+ * model_forward_batch, with the same results bit for bit. n_tokens 0 does nothing. Errors: as
+ * model_forward_batch's (CORRAL_INVALID_ARGUMENT for a token id outside the vocabulary or a cache
+ * of another model, CORRAL_RESOURCE_EXHAUSTED when the tokens do not fit in the cache's context,
+ * CORRAL_FAILED_PRECONDITION while the weights are released); nothing is appended on any error.
+ * Not thread-safe for the same runner or kv cache; different (runner, kv) pairs may run
+ * concurrently on one model, except runners that share a thread pool (a pool runs one pass at a
+ * time: see threadpool.h). */
 corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens, uint32_t n_tokens,
                             model_logits which, float *logits, corral_error *err);
+
+/* One sequence's part of a batched forward pass. */
+typedef struct model_seq {
+    kv_cache *kv;          /* the sequence's cache: its tokens go at kv's next positions */
+    const int32_t *tokens; /* n_tokens >= 1 ids */
+    uint32_t n_tokens;
+    float *logits; /* n_vocab floats: the prediction after the sequence's last token; NULL: none */
+} model_seq;
+
+/* Run the tokens of several sequences through the model together (continuous batching): every
+ * matrix product takes the tokens of all of them as one batch, so the weights are read once for
+ * the whole batch, while the row operations are per token and attention per sequence, over its
+ * own cache (a token sees its cache's positions up to its own, the batch's earlier tokens of the
+ * same sequence included). Prefill chunks of some sequences and single decode tokens of others
+ * mix freely. Sequence i's tokens are appended to seqs[i].kv and seqs[i].logits (when set)
+ * receives the prediction after its last token: bit-identical to what
+ * model_forward(r, kv, tokens, n_tokens, MODEL_LOGITS_LAST, logits) gives for that sequence run
+ * alone, on every kernel path and for any thread count, order or mix of sequences.
+ *
+ * A batch of more tokens than the runner's max_batch runs as several passes of up to max_batch
+ * tokens, sequences in the order given (one may straddle two passes; its tokens stay in order).
+ * Nothing is allocated. n_seqs 0 does nothing.
+ *
+ * Everything is checked before anything runs, and on any error nothing is appended to any cache:
+ * CORRAL_INVALID_ARGUMENT for a NULL kv or tokens, n_tokens 0, a cache of another model, the same
+ * cache twice in one call, a token id outside the vocabulary; CORRAL_RESOURCE_EXHAUSTED when a
+ * sequence does not fit its cache's context; CORRAL_FAILED_PRECONDITION while the weights are
+ * released. Each message names the sequence (its index in seqs). seqs, their tokens and logits
+ * are borrowed for the call. Thread-safety as model_forward's: one call at a time per runner and
+ * per cache. */
+corral_status model_forward_batch(model_runner *r, const model_seq *seqs, uint32_t n_seqs,
+                                  corral_error *err);
 
 #endif /* CORRAL_MODEL_H */
