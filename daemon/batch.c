@@ -20,16 +20,20 @@ corral_status batch_alloc(struct core *k, sched_model *sm, corral_error *err) {
     if (sm->members && sm->batch_cap >= cap) return CORRAL_OK;
     const unsigned scope = mem_scope_enter(sm->owner);
     sjob **members = realloc(sm->members, cap * sizeof *members);
+    if (members) sm->members = members;
+    gen_batch_item *items = realloc(sm->items, cap * sizeof *items);
+    if (items) sm->items = items;
     mem_scope_leave(scope);
-    if (!members) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
-    sm->members = members;
+    if (!members || !items) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     sm->batch_cap = cap;
     return CORRAL_OK;
 }
 
 void batch_free(sched_model *sm) {
     free(sm->members);
+    free(sm->items);
     sm->members = NULL;
+    sm->items = NULL;
     sm->batch_cap = 0;
 }
 
@@ -180,37 +184,54 @@ void batch_step(struct core *k, sched_model *sm) {
     const int64_t now = sched__mono_us();
     sm->last_step_us = now;
     sm->last_used_ms = sched__unix_ms();
-    corral_error err = {0};
+    /* The step's items: every decoding member's next token, and prefill slices within the
+     * budget for members of the top class. Members left out wait for a later step. */
+    uint32_t n_items = 0;
     for (uint32_t i = 0; i < n; i++) {
         sjob *sj = sm->members[i];
+        gen_batch_item *it = &sm->items[n_items];
         if (sj->n_prefilled < sj->n_prompt) {
             if (sj->priority != top || prefill_budget == 0) continue;
             uint32_t take = sj->n_prompt - sj->n_prefilled;
             if (take > prefill_budget) take = prefill_budget;
             prefill_budget -= take;
-            sj->last_step_us = now;
-            const unsigned scope = mem_scope_enter(sm->owner);
-            const int64_t t0 = sched__mono_us();
-            const corral_status st = gen_prefill(sj->g, sj->prompt + sj->n_prefilled, take, &err);
-            mem_scope_leave(scope);
-            if (st != CORRAL_OK) {
-                sched_finish_error(k, sj, err.status, "%s", err.message);
-                continue;
-            }
-            after_prefill(k, sj, take, sched__mono_us() - t0);
+            *it = (gen_batch_item){
+                .g = sj->g, .prefill = sj->prompt + sj->n_prefilled, .n_prefill = take};
+        } else {
+            *it = (gen_batch_item){.g = sj->g};
+        }
+        sj->last_step_us = now;
+        sm->members[n_items++] = sj;
+    }
+    if (n_items == 0) return;
+    sm->steps++;
+    sm->step_sequences += n_items;
+    /* One forward pass for all of them. */
+    const unsigned scope = mem_scope_enter(sm->owner);
+    corral_error err;
+    gen_step_batch(sm->items, n_items, &err);
+    const int64_t us = sched__mono_us() - now;
+    for (uint32_t i = 0; i < n_items; i++) {
+        sjob *sj = sm->members[i];
+        gen_batch_item *it = &sm->items[i];
+        if (it->status != CORRAL_OK) {
+            sched_finish_error(k, sj, it->err.status, "%s", it->err.message);
+            continue;
+        }
+        if (it->prefill) {
+            after_prefill(k, sj, it->n_prefill, us);
             /* A prompt read to its end has its first token's logits: that token comes out in
              * this step (sampling only, no forward pass). */
             if (sj->n_prefilled < sj->n_prompt) continue;
+            const int64_t t0 = sched__mono_us();
+            if (gen_next(sj->g, &it->token, &it->err) != CORRAL_OK) {
+                sched_finish_error(k, sj, it->err.status, "%s", it->err.message);
+                continue;
+            }
+            after_token(k, sj, &it->token, sched__mono_us() - t0);
+            continue;
         }
-        sj->last_step_us = now;
-        gen_token t;
-        const unsigned scope = mem_scope_enter(sm->owner);
-        const int64_t t0 = sched__mono_us();
-        const corral_status st = gen_next(sj->g, &t, &err);
-        mem_scope_leave(scope);
-        if (st != CORRAL_OK)
-            sched_finish_error(k, sj, err.status, "%s", err.message);
-        else
-            after_token(k, sj, &t, sched__mono_us() - t0);
+        after_token(k, sj, &it->token, us);
     }
+    mem_scope_leave(scope);
 }

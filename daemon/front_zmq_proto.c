@@ -349,6 +349,8 @@ static size_t pack_status(zproto_buf *b, Corral__V1__Response *r, const core_rep
             ms->merges = m->merges;
             ms->last_load_ms = m->last_load_ms;
             ms->loads = m->loads;
+            ms->steps = m->steps;
+            ms->step_sequences = m->step_sequences;
             if (m->n_adapters) ms->base_path = m->path;
             ms->adapters = adapters_to_proto(m, &ms->n_adapters);
             ptrs[i] = ms;

@@ -137,6 +137,7 @@ typedef struct core_model_info {
     /* Status only. */
     uint64_t bytes, last_used_ms, requests_served, swap_ins, swap_outs, ttl_ms, merges;
     uint64_t last_load_ms, loads;
+    uint64_t steps, step_sequences; /* batch steps run, and the sequences in them */
     uint32_t queue_depth, active, sessions;
 } core_model_info;
 

@@ -106,7 +106,9 @@ typedef struct sched_model {
     int64_t last_used_ms; /* Unix time */
     int64_t last_step_us; /* when a batch of it last ran (the pick rule's round robin) */
     uint64_t swap_ins, swap_outs;
-    uint64_t loads;        /* loads and swap-ins started */
+    uint64_t loads;          /* loads and swap-ins started */
+    uint64_t steps;          /* batch steps run */
+    uint64_t step_sequences; /* the sequences in them, summed */
     mem_owner *owner;      /* its memory: a jemalloc arena and the weights' mapping */
     int64_t load_us;       /* how long the last load took */
     int64_t merge_us;      /* a variant's last merge: what losing its cached image would cost */
@@ -115,6 +117,7 @@ typedef struct sched_model {
     policy_vocab *pv;      /* its vocabulary for sanitizers and constraints (cached DFAs) */
     bool verified;         /* a variant's merged image was fully checked once */
     struct sjob **members; /* a batch step's jobs (batch.c), batch_cap of them */
+    gen_batch_item *items; /* and their parts of the step's forward pass */
     uint32_t batch_cap;
     struct sched_model *next;
 } sched_model;

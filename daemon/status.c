@@ -52,6 +52,8 @@ static void fill_status(const struct core *k, const sched_model *sm, core_model_
     m->merges = sm->merges;
     m->last_load_ms = (uint64_t)(sm->load_us / 1000);
     m->loads = sm->loads;
+    m->steps = sm->steps;
+    m->step_sequences = sm->step_sequences;
 }
 
 /* A reply listing the configured models (only `want` when it is not empty). */

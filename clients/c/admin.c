@@ -224,6 +224,8 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
         ms->merges = m->merges;
         ms->last_load_ms = m->last_load_ms;
         ms->loads = m->loads;
+        ms->steps = m->steps;
+        ms->step_sequences = m->step_sequences;
     }
     corral_daemon_status *ds = &rep->daemon;
     ds->version = block_str(&b, d ? d->version : NULL);

@@ -354,7 +354,9 @@ typedef struct corral_model_status {
     const corral_adapter *adapters;
     uint64_t merges;       /* times its adapters were merged (0 while the cache served) */
     uint64_t last_load_ms; /* how long its last load or swap-in took */
-    uint64_t loads;        /* loads and swap-ins started for it */
+    uint64_t loads;          /* loads and swap-ins started for it */
+    uint64_t steps;          /* batch steps (forward passes) run for it */
+    uint64_t step_sequences; /* the sequences in them: / steps = the mean batch */
 } corral_model_status;
 
 /* The daemon's totals (proto DaemonStatus). */

@@ -283,6 +283,10 @@ static void json_model_statuses(json_writer *j, const corral_status_report *r) {
         json_uint(j, m->last_load_ms);
         json_key(j, "loads");
         json_uint(j, m->loads);
+        json_key(j, "steps");
+        json_uint(j, m->steps);
+        json_key(j, "step_sequences");
+        json_uint(j, m->step_sequences);
         if (m->base_path[0]) {
             json_key(j, "base_path");
             json_string(j, m->base_path);

@@ -145,3 +145,39 @@ def test_a_streamed_token_costs_the_core_no_allocation(start_corrald):
             costs.append(long - short)
     # One allocation of the smallest size class (8 bytes) per token would be 1,440 bytes or more.
     assert min(costs) < 180, costs
+
+
+def test_concurrent_greedy_requests_batched_give_the_texts_they_give_alone(start_corrald):
+    """Eight prompts of different lengths, run one after another and then all at once: batched
+    in shared forward passes (prefill chunks beside other sequences' decode tokens), every text
+    must be exactly the lone one."""
+    d = start_corrald(
+        "limits: {active_per_model: 8, prefill_chunk: 16}\n"
+        f"models:\n  - name: synth\n    path: {shared_path('models/synth-llama-q8_0.gguf')}\n"
+        "    context: 512\n")
+    prompts = [PROMPT + " " + "there was a little" * k for k in range(8)]
+    with Client(d.endpoint, timeout=60) as c:
+        alone = [c.generate("synth", p, max_tokens=40, temperature=0.0)
+                 for p in prompts]
+        before = {s.name: s for s in c.status().models}["synth"]
+    assert all(alone) and len(set(alone)) == len(prompts), alone
+    together: list[str | None] = [None] * len(prompts)
+    start = threading.Barrier(len(prompts))
+
+    def one(i: int) -> None:
+        with Client(d.endpoint, timeout=120) as c:
+            start.wait()
+            together[i] = c.generate("synth", prompts[i], max_tokens=40, temperature=0.0)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert together == alone
+    with Client(d.endpoint, timeout=10) as c:
+        after = {s.name: s for s in c.status().models}["synth"]
+    steps = after.steps - before.steps
+    sequences = after.step_sequences - before.step_sequences
+    # They did share passes: more sequences than steps.
+    assert sequences > steps > 0, (steps, sequences)

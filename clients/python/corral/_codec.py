@@ -346,6 +346,8 @@ def decode_status(msg: Any) -> StatusReply:
                 merges=m.merges,
                 last_load_ms=m.last_load_ms,
                 loads=m.loads,
+                steps=m.steps,
+                step_sequences=m.step_sequences,
             )
             for m in msg.models
         ),

@@ -237,6 +237,10 @@ class ModelStatus:
     """How long its last load or swap-in took."""
     loads: int = 0
     """Loads and swap-ins started for it (a burst of requests for an unloaded model starts one)."""
+    steps: int = 0
+    """Batch steps (forward passes) run for it."""
+    step_sequences: int = 0
+    """Sequences in those steps, summed: divided by ``steps``, the mean batch."""
 
 
 @dataclass(frozen=True)
