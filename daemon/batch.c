@@ -204,6 +204,12 @@ void batch_step(struct core *k, sched_model *sm) {
         sm->members[n_items++] = sj;
     }
     if (n_items == 0) return;
+    for (uint32_t i = 0; i < n_items; i++)
+        if (!sm->members[i]->stepped) {
+            sm->members[i]->stepped = true;
+            sm->members[i]->queue_steps = (uint32_t)(k->steps - sm->members[i]->steps_at_receipt);
+        }
+    k->steps++;
     sm->steps++;
     sm->step_sequences += n_items;
     /* One forward pass for all of them. */

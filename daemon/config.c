@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1118,10 +1119,27 @@ cfg *cfg_load_string(const char *text, size_t len, const char *name, corral_erro
 }
 
 cfg *cfg_load_file(const char *path, corral_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
+    /* Non-blocking open, then a regular-file check: a FIFO or a device named as the config must
+     * not freeze the reader. */
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
         corral_error_set(err, errno == ENOENT ? CORRAL_NOT_FOUND : CORRAL_IO, "config file %s: %s",
                          path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                         "config file %s: not a regular file (a FIFO, a device or a directory)",
+                         path);
+        close(fd);
+        return NULL;
+    }
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        corral_error_set(err, CORRAL_IO, "config file %s: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     enum { CFG_FILE_MAX = 4 << 20 };

@@ -421,6 +421,21 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
         return;
     }
     peer_touch(f, peer_id, peer_len);
+    corral_error err;
+    if (req->protocol_version > CORRAL__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT) {
+        char message[160];
+        snprintf(message, sizeof message,
+                 "protocol version %u is not supported: this daemon speaks version %d",
+                 req->protocol_version, CORRAL__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
+        send_error(f, peer_id, peer_len, req->id, CORRAL_UNSUPPORTED, message);
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    if (zproto_check_strings(data, len, &err) != CORRAL_OK) {
+        send_error(f, peer_id, peer_len, req->id, err.status, err.message);
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
     if (req->body_case == CORRAL__V1__REQUEST__BODY_PING) {
         send_direct(f, peer_id, peer_len,
                     zproto_pack_pong(&f->buf, req->id, core_uptime_ms(f->core)), req->id);
@@ -442,7 +457,6 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
         corral__v1__request__free_unpacked(req, NULL);
         return;
     }
-    corral_error err;
     core_request creq;
     void *extra = NULL;
     if (zproto_to_core(req, &creq, &extra, &err) != CORRAL_OK) {

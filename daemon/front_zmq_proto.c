@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/utf8.h"
 #include "corral/version.h"
 
 void zproto_buf_free(zproto_buf *b) {
@@ -18,6 +19,78 @@ void zproto_buf_free(zproto_buf *b) {
 }
 
 /* ---- requests -------------------------------------------------------------------------------- */
+
+/* Read a varint at *p (before end); false when it is cut short or longer than 10 bytes. */
+static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        const uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+enum { ZPROTO_MAX_DEPTH = 16 };
+
+/* Walk the wire bytes of a message of descriptor d and check every string field: valid UTF-8
+ * and no NUL byte. protobuf-c promises neither (it copies a string's bytes and ends them with a
+ * NUL, so whatever follows an embedded NUL would silently vanish). Malformed wire data is left to
+ * the decoder to refuse. `field` is the path so far, for the message. */
+static corral_status check_strings(const uint8_t *p, const uint8_t *end,
+                                   const ProtobufCMessageDescriptor *d, const char *field,
+                                   int depth, corral_error *err) {
+    if (depth > ZPROTO_MAX_DEPTH)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "messages nested deeper than %d",
+                                ZPROTO_MAX_DEPTH);
+    while (p < end) {
+        uint64_t key, len;
+        if (!read_varint(&p, end, &key)) return CORRAL_OK;
+        switch (key & 7) {
+            case 0: /* varint */
+                if (!read_varint(&p, end, &len)) return CORRAL_OK;
+                continue;
+            case 1: /* 64-bit */
+                p += end - p < 8 ? end - p : 8;
+                continue;
+            case 5: /* 32-bit */
+                p += end - p < 4 ? end - p : 4;
+                continue;
+            case 2: /* length-delimited */
+                break;
+            default:
+                return CORRAL_OK;
+        }
+        if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return CORRAL_OK;
+        const ProtobufCFieldDescriptor *f =
+            key >> 3 <= UINT32_MAX
+                ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))
+                : NULL;
+        char path[128];
+        if (f) snprintf(path, sizeof path, "%s%s%s", field, field[0] ? "." : "", f->name);
+        if (f && f->type == PROTOBUF_C_TYPE_STRING) {
+            const size_t bad = utf8_validate(p, (size_t)len);
+            if (bad < len)
+                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                        "field %s is not valid UTF-8 (byte %zu)", path, bad);
+            if (memchr(p, '\0', (size_t)len))
+                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                        "field %s contains a NUL byte", path);
+        } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            const corral_status st = check_strings(p, p + len, f->descriptor, path, depth + 1, err);
+            if (st != CORRAL_OK) return st;
+        }
+        p += len;
+    }
+    return CORRAL_OK;
+}
+
+corral_status zproto_check_strings(const uint8_t *data, size_t len, corral_error *err) {
+    return check_strings(data, data + len, &corral__v1__request__descriptor, "", 0, err);
+}
 
 static corral_status generate_to_core(const Corral__V1__Generate *g, core_generate *out,
                                       void **extra, corral_error *err) {
@@ -238,6 +311,7 @@ size_t zproto_pack_done(zproto_buf *b, uint64_t id, const core_done *d) {
     done.generated_tokens = d->generated_tokens;
     done.timings = &t;
     done.model = (char *)d->model;
+    done.queue_steps = d->queue_steps;
     if (d->sanitizer_report) done.sanitizer_report = d->sanitizer_report;
     Corral__V1__Response r = CORRAL__V1__RESPONSE__INIT;
     r.id = id;

@@ -24,6 +24,12 @@ typedef struct zproto_buf {
 
 void zproto_buf_free(zproto_buf *b);
 
+/* Check the string fields of a serialized Request before it is decoded: each must be valid UTF-8
+ * without NUL bytes (the decoder would cut a string at its first NUL without a word).
+ * CORRAL_INVALID_ARGUMENT naming the field ("generate.prompt contains a NUL byte"); CORRAL_OK
+ * otherwise, also for bytes that are not a valid message (the decoder refuses those). */
+corral_status zproto_check_strings(const uint8_t *data, size_t len, corral_error *err);
+
 /* Translate a decoded Request that needs the core into *out. Strings point into req, which must
  * outlive out; arrays the core request needs beyond req go into *extra (one allocation, freed
  * with free(); NULL when none). Returns CORRAL_OK, or CORRAL_INVALID_ARGUMENT / CORRAL_UNSUPPORTED

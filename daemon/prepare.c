@@ -124,6 +124,18 @@ static corral_status tokenize_input(sjob *sj, int32_t **ids, size_t *n, corral_e
         }
     }
     if (st == CORRAL_OK) {
+        /* Limits before work: a text whose every token were as long as the longest piece would
+         * still overflow the context is refused without tokenizing it. */
+        size_t bytes = 0;
+        for (size_t i = 0; i < n_texts; i++) bytes += strlen(clean[i]);
+        const size_t can_fit = (size_t)sm->context * tok_max_piece_len(tok);
+        if (bytes > can_fit)
+            st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                  "the prompt has %zu bytes: more than the context of model '%s' "
+                                  "(%u tokens of at most %zu bytes) can hold",
+                                  bytes, sm->name, sm->context, tok_max_piece_len(tok));
+    }
+    if (st == CORRAL_OK) {
         if (g->n_messages == 0) {
             st = prompt_tokenize_text(tok, clean[0], strlen(clean[0]), ids, n, err);
         } else {

@@ -113,6 +113,7 @@ typedef struct core_done {
                                   session's cache) */
     uint32_t generated_tokens;
     int64_t queue_us, load_us, prefill_us, decode_us, total_us;
+    uint32_t queue_steps; /* other requests' steps begun between receipt and its first step */
     char model[128];
     char *sanitizer_report; /* what the sanitizers did, or NULL; owned by the job */
 } core_done;

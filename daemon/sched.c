@@ -63,7 +63,8 @@ static void config_install(struct core *k, cfg_gen *g) {
 typedef struct reload_task {
     core_task t;
     char *path;
-    cfg_gen *gen; /* the result */
+    size_t running_models; /* the running configuration's, for a sanity check */
+    cfg_gen *gen;          /* the result */
     corral_error err;
 } reload_task;
 
@@ -71,6 +72,15 @@ static void reload_run(actor_task *base) {
     reload_task *t = (reload_task *)base;
     cfg *c = cfg_load_file(t->path, &t->err);
     if (!c) return;
+    if (c->n_models == 0 && t->running_models > 0) {
+        /* An empty or truncated file reads as the built-in defaults: every model gone. */
+        corral_error_set(&t->err, CORRAL_INVALID_ARGUMENT,
+                         "%s configures no models (an empty or cut-off file?); the running "
+                         "configuration serves %zu",
+                         t->path, t->running_models);
+        cfg_destroy(&c);
+        return;
+    }
     t->gen = cfg_gen_new(c, &t->err);
 }
 
@@ -103,6 +113,7 @@ static void reload(struct core *k, char *path) {
     actor_task_init(&t->t.base, reload_run, 0);
     t->t.finish = reload_finish;
     t->path = path;
+    t->running_models = core_cfg(k)->n_models;
     sched_post(k, k->io, &t->t);
 }
 
@@ -175,8 +186,18 @@ static void sjob_release(struct core *k, sjob *sj) {
     free(sj->generated);
     if (sj->counted) {
         if (sj->model) sj->model->n_queued--;
-        app_count *a = sched_app_counter(k, sj->j->app);
-        if (a && a->n) a->n--;
+        /* An app's counter lives while it has requests: 20,000 app names that came and went
+         * leave nothing behind. */
+        for (app_count **pp = &k->apps; *pp; pp = &(*pp)->next) {
+            app_count *a = *pp;
+            if (strcmp(a->app, sj->j->app) != 0) continue;
+            if (a->n) a->n--;
+            if (a->n == 0) {
+                *pp = a->next;
+                free(a);
+            }
+            break;
+        }
     }
     free(sj->sanitizer_report);
     sched_config_unref(k, sj->gen);
@@ -208,6 +229,7 @@ void sched_finish_done(struct core *k, sjob *sj, core_stop stop) {
                    .prefill_us = sj->prefill_us,
                    .decode_us = sj->decode_us,
                    .total_us = sched__mono_us() - j->received_us,
+                   .queue_steps = sj->queue_steps,
                    .sanitizer_report = sj->sanitizer_report};
     snprintf(d.model, sizeof d.model, "%s", sj->model->name);
     sj->sanitizer_report = NULL; /* the event owns it now */
@@ -266,6 +288,7 @@ static sjob *sjob_add(struct core *k, job *j, sched_model *sm, cfg_priority prio
     sj->phase = SJOB_WAIT_MODEL;
     sj->gen = k->config;
     sj->entry = sm->cfg;
+    sj->steps_at_receipt = k->steps;
     k->config->refs++;
     j->core = sj;
     sjob **pp = &k->jobs;

@@ -183,6 +183,9 @@ typedef struct sjob {
     char *sanitizer_report; /* for Done; NULL when no profile ran */
     /* Timing. */
     int64_t started_us, load_us, prefill_us, decode_us;
+    uint64_t steps_at_receipt; /* core->steps when it was admitted */
+    uint32_t queue_steps;      /* steps begun between admission and its own first one */
+    bool stepped;              /* it was in a step */
     int64_t last_step_us;         /* fairness among a model's jobs */
     int64_t retry_at_us;          /* waiting for memory: not before this */
     int64_t memory_wait_until_us; /* waiting for memory: give up at this time */
@@ -226,6 +229,7 @@ struct core {
     app_count *apps;
     int64_t started_us, started_ms;
     uint64_t served;
+    uint64_t steps; /* batch steps begun, over all models */
 };
 
 static inline const cfg *core_cfg(const struct core *k) {

@@ -195,7 +195,8 @@ typedef struct corral_done {
     uint32_t prefilled_tokens; /* of those, the ones computed now (the rest came from a session) */
     uint32_t generated_tokens;
     corral_timings timings;
-    char model[128]; /* the model that answered */
+    uint32_t queue_steps; /* other requests' forward passes begun before its first one */
+    char model[128];      /* the model that answered */
     /* What the input sanitizers did, one "step=verdict(details)" per step; empty when the
      * request ran under no sanitizer profile. Truncated to fit. */
     char sanitizer_report[512];

@@ -165,6 +165,7 @@ static void generation_take_done(corral_generation *g, const Corral__V1__Done *d
         out->timings.total_us = d->timings->total_us;
     }
     snprintf(out->model, sizeof out->model, "%s", d->model ? d->model : "");
+    out->queue_steps = d->queue_steps;
     snprintf(out->sanitizer_report, sizeof out->sanitizer_report, "%s",
              d->sanitizer_report ? d->sanitizer_report : "");
 }

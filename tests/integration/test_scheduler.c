@@ -17,10 +17,12 @@
 #include <zmq.h>
 
 #include "corral.pb-c.h"
+#include "corral/utf8.h"
 #include "daemon_harness.h"
 #include "testutil.h"
 
-/* ---- a raw client ------------------------------------------------------------------------------ */
+/* ---- a raw client ------------------------------------------------------------------------------
+ */
 
 typedef struct raw {
     void *ctx, *sock;
@@ -97,7 +99,7 @@ static Corral__V1__Response *raw_final(raw *r, uint64_t id, int timeout_ms) {
 }
 
 typedef struct gen_opts {
-    const char *model, *prompt, *session, *app;
+    const char *model, *prompt, *session, *app, *constraint;
     uint32_t max_tokens;
     float temperature;
     bool has_temperature;
@@ -126,6 +128,7 @@ static void send_generate(raw *r, uint64_t id, const gen_opts *o) {
     g.priority = (Corral__V1__Priority)o->priority;
     g.session = (char *)(o->session ? o->session : "");
     g.deadline_ms = o->deadline_ms;
+    g.constraint = (char *)(o->constraint ? o->constraint : "");
     Corral__V1__Request req = CORRAL__V1__REQUEST__INIT;
     req.id = id;
     req.app = (char *)(o->app ? o->app : "");
@@ -176,7 +179,8 @@ static long long now_ms(void) {
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- the daemon under test --------------------------------------------------------------------- */
+/* ---- the daemon under test ---------------------------------------------------------------------
+ */
 
 static harness_daemon d;
 
@@ -217,8 +221,8 @@ static void start_daemon(const char *extra) {
              "  - name: stories-q4\n    path: %s\n    context: 128\n"
              "  - name: synth\n    path: %s\n    context: 512\n%s",
              test_shared_path("models/stories260K.gguf"),
-             test_shared_path("models/stories260K-q4_0.gguf"),
-             slow_model_path(), extra ? extra : "");
+             test_shared_path("models/stories260K-q4_0.gguf"), slow_model_path(),
+             extra ? extra : "");
     ck_assert_int_eq(harness_start(&d, body, NULL, 10000), 0);
 }
 
@@ -230,7 +234,8 @@ static void teardown(void) {
     ck_assert_int_eq(harness_stop(&d, SIGTERM, 3000), 0);
 }
 
-/* ---- priorities --------------------------------------------------------------------------------- */
+/* ---- priorities ---------------------------------------------------------------------------------
+ */
 
 START_TEST(test_realtime_preempts_background) {
     /* "synth" is the slow model: a token step, not message transport, is what the count
@@ -250,15 +255,19 @@ START_TEST(test_realtime_preempts_background) {
     corral__v1__response__free_unpacked(pong, NULL);
     for (int i = 0; i < N_BG; i++) {
         raw_open(&bg[i], d.endpoint);
-        send_generate(&bg[i], 1, &(gen_opts){.model = "synth", .max_tokens = 400,
-                                              .stream = true, .app = "speaker",
-                                              .priority = CORRAL__V1__PRIORITY__PRIORITY_BACKGROUND,
-                                              .has_temperature = true, .temperature = 1.0f});
+        send_generate(&bg[i], 1,
+                      &(gen_opts){.model = "synth",
+                                  .max_tokens = 400,
+                                  .stream = true,
+                                  .app = "speaker",
+                                  .priority = CORRAL__V1__PRIORITY__PRIORITY_BACKGROUND,
+                                  .has_temperature = true,
+                                  .temperature = 1.0f});
     }
     /* Let every background stream get going (generous waits: a loaded machine under ASan may
      * take seconds; what the test checks is a count of tokens, not a time). */
     for (int i = 0; i < N_BG; i++) {
-        Corral__V1__Response *resp = raw_recv(&bg[i], 60000);
+        Corral__V1__Response *resp = raw_recv_live(&bg[i], 60000);
         ck_assert_ptr_nonnull(resp);
         ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
         corral__v1__response__free_unpacked(resp, NULL);
@@ -268,59 +277,134 @@ START_TEST(test_realtime_preempts_background) {
     for (int i = 0; i < N_BG; i++) {
         Corral__V1__Response *resp;
         while ((resp = raw_recv(&bg[i], 0))) corral__v1__response__free_unpacked(resp, NULL);
+        /* Alive (the test daemon cancels the requests of clients silent for 1.5 s). */
+        Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+        send_simple(&bg[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
     }
-    send_generate(&rt, 1, &(gen_opts){.model = "synth", .max_tokens = 8, .stream = true,
-                                      .app = "speaker",
-                                      .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME,
-                                      .has_temperature = true});
-    Corral__V1__Response *first = raw_recv(&rt, 60000);
+    send_generate(&rt, 1,
+                  &(gen_opts){.model = "synth",
+                              .max_tokens = 8,
+                              .stream = true,
+                              .app = "speaker",
+                              .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME,
+                              .has_temperature = true});
+    Corral__V1__Response *first = raw_recv_live(&rt, 60000);
     ck_assert_ptr_nonnull(first);
     ck_assert_int_eq(first->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
     corral__v1__response__free_unpacked(first, NULL);
+    Corral__V1__Response *done = raw_final(&rt, 1, 60000);
+    ck_assert_ptr_nonnull(done);
+    ck_assert_int_eq(done->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
+    /* Counted by the daemon, free of message transport: no background step began between the
+     * realtime request's receipt and its own first step (it shares that one). */
+    ck_assert_msg(done->done->queue_steps == 0, "the realtime request waited %u background steps",
+                  done->done->queue_steps);
+    corral__v1__response__free_unpacked(done, NULL);
+    /* And the background goes on: each stream still sends chunks (not a Done or an Error). */
     for (int i = 0; i < N_BG; i++) {
         Corral__V1__Response *resp;
-        while ((resp = raw_recv(&bg[i], 0))) {
-            if (resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK) tokens_after[i]++;
+        while ((resp = raw_recv(&bg[i], 60000)) &&
+               resp->body_case == CORRAL__V1__RESPONSE__BODY_PONG)
             corral__v1__response__free_unpacked(resp, NULL);
-        }
+        ck_assert_ptr_nonnull(resp);
+        tokens_after[i] += resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK;
+        corral__v1__response__free_unpacked(resp, NULL);
+        ck_assert_int_gt(tokens_after[i], 0);
     }
-    for (int i = 0; i < N_BG; i++)
-        ck_assert_msg(tokens_after[i] <= 2,
-                      "background stream %d emitted %d tokens before the realtime request's "
-                      "first token",
-                      i, tokens_after[i]);
-    Corral__V1__Response *done = raw_final(&rt, 1, 60000);
-    ck_assert_int_eq(done->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
-    corral__v1__response__free_unpacked(done, NULL);
     raw_close(&rt);
     for (int i = 0; i < N_BG; i++) raw_close(&bg[i]);
 }
 END_TEST
 
 START_TEST(test_priority_is_capped_by_the_app) {
-    /* "notes" may not go above interactive: its realtime request does not cut in. Check through
-     * the effect that matters: it still completes correctly. */
-    raw r;
-    raw_open(&r, d.endpoint);
-    send_generate(&r, 5, &(gen_opts){.model = "stories", .max_tokens = 4, .app = "notes",
-                                     .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME,
-                                     .has_temperature = true});
-    Corral__V1__Response *resp = raw_final(&r, 5, 5000);
-    ck_assert_ptr_nonnull(resp);
-    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
-    ck_assert_uint_eq(resp->done->generated_tokens, 4);
-    corral__v1__response__free_unpacked(resp, NULL);
-    raw_close(&r);
+    /* Every active slot of "synth" is taken by long interactive streams. A realtime request
+     * always starts — but "notes" may not go above interactive, so its "realtime" request waits
+     * for a slot like any interactive one, while speaker's cuts in at once. */
+    enum { N_BG = 8 };
+    raw bg[N_BG], notes, speaker;
+    for (int i = 0; i < N_BG; i++) {
+        raw_open(&bg[i], d.endpoint);
+        /* The constraint needs more text than 300 tokens write: no end-of-generation token can
+         * end a stream early and free its slot. */
+        send_generate(&bg[i], 1,
+                      &(gen_opts){.model = "synth",
+                                  .max_tokens = 300,
+                                  .stream = true,
+                                  .has_temperature = true,
+                                  .temperature = 1.0f,
+                                  .constraint = "(?:[ -~]{1000}){4}"});
+    }
+    for (int i = 0; i < N_BG; i++) {
+        Corral__V1__Response *resp = raw_recv_live(&bg[i], 60000);
+        ck_assert_ptr_nonnull(resp);
+        ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+    for (int i = 0; i < N_BG; i++) {
+        Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+        send_simple(&bg[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
+    }
+    raw_open(&notes, d.endpoint);
+    raw_open(&speaker, d.endpoint);
+    const gen_opts rt = {.model = "synth",
+                         .max_tokens = 2,
+                         .has_temperature = true,
+                         .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME};
+    gen_opts o = rt;
+    o.app = "notes";
+    send_generate(&notes, 5, &o);
+    o.app = "speaker";
+    send_generate(&speaker, 6, &o);
+    Corral__V1__Response *fast = raw_final(&speaker, 6, 60000);
+    ck_assert_ptr_nonnull(fast);
+    ck_assert_int_eq(fast->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
+    ck_assert_uint_le(fast->done->queue_steps, 1);
+    /* The streams keep their slots; drain them so they run to their end. */
+    Corral__V1__Response *slow = NULL;
+    for (int waited = 0; !slow && waited < 120000; waited += 50) {
+        /* The streams' clients read and stay alive (a silent client's requests are cancelled
+         * after the test daemon's 1.5 s peer timeout, which would free a slot). */
+        for (int i = 0; i < N_BG; i++) {
+            Corral__V1__Response *resp;
+            while ((resp = raw_recv(&bg[i], 0))) corral__v1__response__free_unpacked(resp, NULL);
+            if (waited % 250 == 0) {
+                Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+                send_simple(&bg[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
+            }
+        }
+        Corral__V1__Response *resp = raw_recv_live(&notes, 50);
+        if (resp && (resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE ||
+                     resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR))
+            slow = resp;
+        else if (resp)
+            corral__v1__response__free_unpacked(resp, NULL);
+    }
+    ck_assert_ptr_nonnull(slow);
+    ck_assert_int_eq(slow->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
+    ck_assert_uint_eq(slow->done->generated_tokens, 2);
+    /* It waited for a slot: until a 300-token stream ended. */
+    ck_assert_msg(slow->done->queue_steps >= 100, "the capped request waited only %u steps",
+                  slow->done->queue_steps);
+    corral__v1__response__free_unpacked(fast, NULL);
+    corral__v1__response__free_unpacked(slow, NULL);
+    raw_close(&notes);
+    raw_close(&speaker);
+    for (int i = 0; i < N_BG; i++) raw_close(&bg[i]);
 }
 END_TEST
 
-/* ---- cancellation and vanishing clients --------------------------------------------------------- */
+/* ---- cancellation and vanishing clients ---------------------------------------------------------
+ */
 
 START_TEST(test_cancel_mid_stream) {
     raw r;
     raw_open(&r, d.endpoint);
-    send_generate(&r, 7, &(gen_opts){.model = "stories", .max_tokens = 400, .stream = true,
-                                     .has_temperature = true, .temperature = 1.0f});
+    send_generate(&r, 7,
+                  &(gen_opts){.model = "stories",
+                              .max_tokens = 400,
+                              .stream = true,
+                              .has_temperature = true,
+                              .temperature = 1.0f});
     int chunks = 0;
     while (chunks < 3) {
         Corral__V1__Response *resp = raw_recv(&r, 5000);
@@ -371,8 +455,12 @@ static long long wait_until_idle(int timeout_ms) {
 START_TEST(test_killed_client_is_freed) {
     raw r;
     raw_open(&r, d.endpoint);
-    send_generate(&r, 1, &(gen_opts){.model = "stories", .max_tokens = 500, .stream = true,
-                                     .has_temperature = true, .temperature = 1.0f});
+    send_generate(&r, 1,
+                  &(gen_opts){.model = "stories",
+                              .max_tokens = 500,
+                              .stream = true,
+                              .has_temperature = true,
+                              .temperature = 1.0f});
     Corral__V1__Response *resp = raw_recv(&r, 5000);
     ck_assert_ptr_nonnull(resp);
     corral__v1__response__free_unpacked(resp, NULL);
@@ -387,8 +475,12 @@ START_TEST(test_client_that_stops_reading_is_cancelled_after_stall_timeout) {
     raw r;
     raw_open(&r, d.endpoint);
     /* Keep pinging (alive) but never read: the stream must pause and then be cancelled. */
-    send_generate(&r, 1, &(gen_opts){.model = "stories-q4", .max_tokens = 120, .stream = true,
-                                     .has_temperature = true, .temperature = 1.0f});
+    send_generate(&r, 1,
+                  &(gen_opts){.model = "stories-q4",
+                              .max_tokens = 120,
+                              .stream = true,
+                              .has_temperature = true,
+                              .temperature = 1.0f});
     long long t0 = now_ms();
     long long took = -1;
     while (now_ms() - t0 < 6000) {
@@ -411,21 +503,29 @@ START_TEST(test_silent_client_requests_are_cancelled) {
     raw r;
     raw_open(&r, d.endpoint);
     for (uint64_t id = 1; id <= 3; id++)
-        send_generate(&r, id, &(gen_opts){.model = "stories", .max_tokens = 500,
-                                          .has_temperature = true, .temperature = 1.0f});
+        send_generate(&r, id,
+                      &(gen_opts){.model = "stories",
+                                  .max_tokens = 500,
+                                  .has_temperature = true,
+                                  .temperature = 1.0f});
     long long took = wait_until_idle(6000);
     ck_assert_msg(took >= 0, "a silent client's requests were never cancelled");
     raw_close(&r);
 }
 END_TEST
 
-/* ---- deadlines and limits ----------------------------------------------------------------------- */
+/* ---- deadlines and limits -----------------------------------------------------------------------
+ */
 
 START_TEST(test_deadline_exceeded) {
     raw r;
     raw_open(&r, d.endpoint);
-    send_generate(&r, 3, &(gen_opts){.model = "stories", .max_tokens = 500, .deadline_ms = 50,
-                                     .has_temperature = true, .temperature = 1.0f});
+    send_generate(&r, 3,
+                  &(gen_opts){.model = "stories",
+                              .max_tokens = 500,
+                              .deadline_ms = 50,
+                              .has_temperature = true,
+                              .temperature = 1.0f});
     Corral__V1__Response *resp = raw_final(&r, 3, 5000);
     ck_assert_ptr_nonnull(resp);
     ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
@@ -441,8 +541,11 @@ START_TEST(test_queue_limit) {
     raw_open(&r, d.endpoint);
     /* queue_per_model is 12: the 13th and later are refused at once. */
     for (uint64_t id = 1; id <= 14; id++)
-        send_generate(&r, id, &(gen_opts){.model = "stories", .max_tokens = 100,
-                                          .has_temperature = true, .temperature = 1.0f});
+        send_generate(&r, id,
+                      &(gen_opts){.model = "stories",
+                                  .max_tokens = 100,
+                                  .has_temperature = true,
+                                  .temperature = 1.0f});
     int refused = 0, finished = 0;
     while (finished < 14) {
         Corral__V1__Response *resp = raw_recv_live(&r, 20000);
@@ -462,7 +565,8 @@ START_TEST(test_queue_limit) {
 }
 END_TEST
 
-/* ---- sessions ------------------------------------------------------------------------------------ */
+/* ---- sessions
+ * ------------------------------------------------------------------------------------ */
 
 /* Generate greedily; return the text (malloc'ed) and the Done. */
 static char *generate_text(raw *r, uint64_t id, const gen_opts *o, uint32_t *prompt_tokens,
@@ -495,8 +599,10 @@ START_TEST(test_sessions_keep_separate_histories) {
     uint32_t pt, pf;
     for (int i = 0; i < 2; i++) {
         first[i] = generate_text(&r, 10 + i,
-                                 &(gen_opts){.model = "stories", .prompt = starts[i],
-                                             .session = ids[i], .max_tokens = 20,
+                                 &(gen_opts){.model = "stories",
+                                             .prompt = starts[i],
+                                             .session = ids[i],
+                                             .max_tokens = 20,
                                              .has_temperature = true},
                                  &pt, &pf);
         ck_assert_uint_eq(pf, pt); /* nothing cached yet */
@@ -506,8 +612,10 @@ START_TEST(test_sessions_keep_separate_histories) {
         char prompt[4096];
         snprintf(prompt, sizeof prompt, "%s%s The end.", starts[i], first[i]);
         char *second = generate_text(&r, 20 + i,
-                                     &(gen_opts){.model = "stories", .prompt = prompt,
-                                                 .session = ids[i], .max_tokens = 10,
+                                     &(gen_opts){.model = "stories",
+                                                 .prompt = prompt,
+                                                 .session = ids[i],
+                                                 .max_tokens = 10,
                                                  .has_temperature = true},
                                      &pt, &pf);
         /* Only the new part was run: " The end." is a few tokens; allow the boundary token. */
@@ -515,10 +623,11 @@ START_TEST(test_sessions_keep_separate_histories) {
                       pf, pt);
         /* And the result equals a fresh, session-less run of the same prompt. */
         uint32_t pt2, pf2;
-        char *fresh = generate_text(&r, 30 + i,
-                                    &(gen_opts){.model = "stories", .prompt = prompt,
-                                                .max_tokens = 10, .has_temperature = true},
-                                    &pt2, &pf2);
+        char *fresh = generate_text(
+            &r, 30 + i,
+            &(gen_opts){
+                .model = "stories", .prompt = prompt, .max_tokens = 10, .has_temperature = true},
+            &pt2, &pf2);
         ck_assert_uint_eq(pf2, pt2);
         ck_assert_str_eq(second, fresh);
         free(second);
@@ -534,11 +643,18 @@ START_TEST(test_session_of_another_app_refused) {
     raw_open(&r, d.endpoint);
     uint32_t pt, pf;
     free(generate_text(&r, 1,
-                       &(gen_opts){.model = "stories", .session = "private", .app = "speaker",
-                                   .max_tokens = 2, .has_temperature = true},
+                       &(gen_opts){.model = "stories",
+                                   .session = "private",
+                                   .app = "speaker",
+                                   .max_tokens = 2,
+                                   .has_temperature = true},
                        &pt, &pf));
-    send_generate(&r, 2, &(gen_opts){.model = "stories", .session = "private", .app = "notes",
-                                     .max_tokens = 2, .has_temperature = true});
+    send_generate(&r, 2,
+                  &(gen_opts){.model = "stories",
+                              .session = "private",
+                              .app = "notes",
+                              .max_tokens = 2,
+                              .has_temperature = true});
     Corral__V1__Response *resp = raw_final(&r, 2, 5000);
     ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
     ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__PERMISSION_DENIED);
@@ -548,7 +664,8 @@ START_TEST(test_session_of_another_app_refused) {
 }
 END_TEST
 
-/* ---- bad input ------------------------------------------------------------------------------------ */
+/* ---- bad input
+ * ------------------------------------------------------------------------------------ */
 
 /* Send raw bytes and expect an Error with code and text; then the daemon must still serve. */
 static void expect_raw_error(const void *bytes, size_t len, Corral__V1__ErrorCode code,
@@ -562,6 +679,8 @@ static void expect_raw_error(const void *bytes, size_t len, Corral__V1__ErrorCod
     ck_assert_int_eq(resp->error->code, code);
     ck_assert_msg(strstr(resp->error->message, text), "'%s' lacks '%s'", resp->error->message,
                   text);
+    const size_t n = strlen(resp->error->message);
+    ck_assert_uint_eq(utf8_validate((const uint8_t *)resp->error->message, n), n);
     corral__v1__response__free_unpacked(resp, NULL);
     raw_close(&r);
     ck_assert(daemon_answers_ping(d.endpoint));
@@ -588,6 +707,69 @@ START_TEST(test_random_bytes) {
     srand(7);
     for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(rand() | 0x80);
     expect_raw_error(junk, sizeof junk, CORRAL__V1__ERROR_CODE__PROTOCOL, "not a valid");
+}
+END_TEST
+
+/* A Generate request packed by hand, so that its model and prompt may hold any bytes
+ * (protobuf-c packs a C string up to its first NUL). Each field shorter than 128 bytes. */
+static size_t pack_raw_generate(uint8_t *out, const char *model, size_t model_len,
+                                const char *prompt, size_t prompt_len) {
+    uint8_t body[300];
+    size_t n = 0;
+    body[n++] = 0x0a; /* Generate.model, length-delimited */
+    body[n++] = (uint8_t)model_len;
+    memcpy(body + n, model, model_len);
+    n += model_len;
+    body[n++] = 0x12; /* Generate.prompt */
+    body[n++] = (uint8_t)prompt_len;
+    memcpy(body + n, prompt, prompt_len);
+    n += prompt_len;
+    size_t m = 0;
+    out[m++] = 0x08; /* Request.id = 9 */
+    out[m++] = 9;
+    out[m++] = 0x5a; /* Request.generate (field 11), length-delimited */
+    out[m++] = (uint8_t)n;
+    memcpy(out + m, body, n);
+    return m + n;
+}
+
+START_TEST(test_nul_bytes_and_bad_utf8_are_refused_by_name) {
+    uint8_t msg[400];
+    /* "stories\0evil" was served as stories; a NUL in a prompt silently cut it. */
+    expect_raw_error(msg, pack_raw_generate(msg, "stories\0evil", 12, "Once", 4),
+                     CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "generate.model contains a NUL");
+    expect_raw_error(msg, pack_raw_generate(msg, "stories", 7, "Once\0 upon", 10),
+                     CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "generate.prompt contains a NUL");
+    /* A name that is not UTF-8: refused, and the message that says so is UTF-8 itself. */
+    expect_raw_error(msg, pack_raw_generate(msg, "\xff", 1, "Once", 4),
+                     CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "generate.model is not valid UTF-8");
+}
+END_TEST
+
+START_TEST(test_unknown_protocol_version_is_refused) {
+    Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+    Corral__V1__Request req = CORRAL__V1__REQUEST__INIT;
+    req.id = 5;
+    req.protocol_version = 999;
+    req.body_case = CORRAL__V1__REQUEST__BODY_PING;
+    req.ping = &ping;
+    uint8_t buf[64];
+    expect_raw_error(buf, corral__v1__request__pack(&req, buf), CORRAL__V1__ERROR_CODE__UNSUPPORTED,
+                     "protocol version 999 is not supported: this daemon speaks version 1");
+}
+END_TEST
+
+START_TEST(test_a_prompt_too_long_for_any_tokenization_is_refused_without_tokenizing) {
+    /* 600 KB of text cannot fit stories' 512 positions of at most a few bytes each: refused by
+     * size, before the tokenizer spends seconds on it. */
+    const size_t n = 600000;
+    char *prompt = malloc(n + 1);
+    memset(prompt, 'a', n);
+    prompt[n] = '\0';
+    expect_generate_error(&(gen_opts){.model = "stories", .prompt = prompt},
+                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT,
+                          "the prompt has 600000 bytes: more than the context of model");
+    free(prompt);
 }
 END_TEST
 
@@ -634,9 +816,9 @@ START_TEST(test_unknown_model) {
 END_TEST
 
 START_TEST(test_invalid_params) {
-    expect_generate_error(&(gen_opts){.model = "stories", .has_temperature = true,
-                                      .temperature = -1.0f},
-                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "temperature");
+    expect_generate_error(
+        &(gen_opts){.model = "stories", .has_temperature = true, .temperature = -1.0f},
+        CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "temperature");
     expect_generate_error(&(gen_opts){.model = "stories", .has_top_p = true, .top_p = 1.5f},
                           CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "top_p");
     expect_generate_error(&(gen_opts){.model = "stories", .has_max_tokens = true, .max_tokens = 0},
@@ -650,11 +832,13 @@ START_TEST(test_prompt_longer_than_context) {
     char prompt[4096] = "";
     for (int i = 0; i < 200; i++) strcat(prompt, "Once upon a time. ");
     expect_generate_error(&(gen_opts){.model = "stories-q4", .prompt = prompt},
-                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT, "context of model 'stories-q4'");
+                          CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT,
+                          "context of model 'stories-q4'");
 }
 END_TEST
 
-/* ---- reload and shutdown -------------------------------------------------------------------------- */
+/* ---- reload and shutdown
+ * -------------------------------------------------------------------------- */
 
 START_TEST(test_sighup_adds_a_model) {
     FILE *fp = fopen(d.config_path, "a");
@@ -680,7 +864,32 @@ START_TEST(test_sighup_adds_a_model) {
     uint32_t pt, pf;
     raw r;
     raw_open(&r, d.endpoint);
-    free(generate_text(&r, 4, &(gen_opts){.model = "added", .max_tokens = 3, .has_temperature = true},
+    free(generate_text(
+        &r, 4, &(gen_opts){.model = "added", .max_tokens = 3, .has_temperature = true}, &pt, &pf));
+    raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_sighup_with_an_empty_file_keeps_the_running_configuration) {
+    /* An empty (or truncated) file reads as the built-in defaults, which configure no model:
+     * taking it would drop every model. */
+    FILE *fp = fopen(d.config_path, "w");
+    fclose(fp);
+    kill(d.pid, SIGHUP);
+    long long t0 = now_ms();
+    char log[65536];
+    bool refused = false;
+    while (!refused && now_ms() - t0 < 30000) {
+        harness_read_log(&d, log, sizeof log);
+        refused = strstr(log, "configures no models") != NULL;
+        if (!refused) usleep(20000);
+    }
+    ck_assert_msg(refused, "no refusal in the log:\n%s", log);
+    uint32_t pt, pf;
+    raw r;
+    raw_open(&r, d.endpoint);
+    free(generate_text(&r, 4,
+                       &(gen_opts){.model = "stories", .max_tokens = 3, .has_temperature = true},
                        &pt, &pf));
     raw_close(&r);
 }
@@ -689,8 +898,12 @@ END_TEST
 START_TEST(test_sigterm_with_requests_in_flight) {
     raw r;
     raw_open(&r, d.endpoint);
-    send_generate(&r, 1, &(gen_opts){.model = "stories", .max_tokens = 500, .stream = true,
-                                     .has_temperature = true, .temperature = 1.0f});
+    send_generate(&r, 1,
+                  &(gen_opts){.model = "stories",
+                              .max_tokens = 500,
+                              .stream = true,
+                              .has_temperature = true,
+                              .temperature = 1.0f});
     Corral__V1__Response *resp = raw_recv(&r, 5000);
     ck_assert_ptr_nonnull(resp);
     corral__v1__response__free_unpacked(resp, NULL);
@@ -718,6 +931,7 @@ static Suite *scheduler_suite(void) {
     tcase_add_test(core, test_cancel_mid_stream);
     tcase_add_test(core, test_sessions_keep_separate_histories);
     tcase_add_test(core, test_sighup_adds_a_model);
+    tcase_add_test(core, test_sighup_with_an_empty_file_keeps_the_running_configuration);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_checked_fixture(limits, setup, teardown);
@@ -733,6 +947,10 @@ static Suite *scheduler_suite(void) {
     tcase_add_checked_fixture(errors, setup, teardown);
     tcase_set_timeout(errors, 120);
     tcase_add_test(errors, test_random_bytes);
+    tcase_add_test(errors, test_nul_bytes_and_bad_utf8_are_refused_by_name);
+    tcase_add_test(errors, test_unknown_protocol_version_is_refused);
+    tcase_add_test(errors,
+                   test_a_prompt_too_long_for_any_tokenization_is_refused_without_tokenizing);
     tcase_add_test(errors, test_truncated_protobuf);
     tcase_add_test(errors, test_message_over_max_size);
     tcase_add_test(errors, test_unknown_body);
@@ -743,7 +961,6 @@ static Suite *scheduler_suite(void) {
     suite_add_tcase(s, errors);
     return s;
 }
-
 
 int main(void) {
     /* Check forks a child per test: make the model once, here, so every child reuses it. */

@@ -87,6 +87,25 @@ START_TEST(test_file_not_found) {
 }
 END_TEST
 
+START_TEST(test_special_files_are_refused_without_blocking) {
+    /* A FIFO nobody writes to: opening it for reading would block forever; it is refused by
+     * kind instead. A directory too. */
+    char dir[] = "/tmp/corral-test-cfg-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "%s/fifo.yaml", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    corral_error err;
+    ck_assert_ptr_null(cfg_load_file(fifo, &err));
+    ck_assert_int_eq(err.status, CORRAL_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.message, "not a regular file"), "%s", err.message);
+    ck_assert_ptr_null(cfg_load_file(dir, &err));
+    ck_assert_msg(strstr(err.message, "not a regular file"), "%s", err.message);
+    unlink(fifo);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_default_file_search) {
     char buf[1024];
     setenv("CORRAL_CONFIG", "/x/y.yaml", 1);
@@ -230,8 +249,9 @@ START_TEST(test_model_entry_errors) {
                                                        "required key 'name'");
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n    colour: red\n",
                  "t.yaml:4:5: unknown key 'colour'");
-    expect_error("models:\n  - name: x\n    path: /etc/hostname\n  - name: x\n    path: /etc/hostname\n",
-                 "'x' is listed twice");
+    expect_error(
+        "models:\n  - name: x\n    path: /etc/hostname\n  - name: x\n    path: /etc/hostname\n",
+        "'x' is listed twice");
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n    context: lots\n",
                  "t.yaml:4:14: context: expected an integer, got 'lots'");
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n    defaults: {top_p: 2}\n",
@@ -261,6 +281,7 @@ static Suite *config_suite(void) {
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_test(errors, test_unknown_key_has_position);
+    tcase_add_test(errors, test_special_files_are_refused_without_blocking);
     tcase_add_test(errors, test_wrong_types);
     tcase_add_test(errors, test_syntax_and_duplicates);
     tcase_add_test(errors, test_model_entry_errors);

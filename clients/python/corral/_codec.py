@@ -297,6 +297,7 @@ def decode_done(msg: Any) -> Done:
         timings=Timings(t.queue_us, t.load_us, t.prefill_us, t.decode_us, t.total_us),
         model=msg.model,
         sanitizer_report=msg.sanitizer_report,
+        queue_steps=msg.queue_steps,
     )
 
 

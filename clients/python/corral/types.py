@@ -138,6 +138,8 @@ class Done:
     sanitizer_report: str = ""
     """What the input sanitizers did, one ``step=verdict(details)`` per step; empty when the
     request ran under no sanitizer profile."""
+    queue_steps: int = 0
+    """Forward passes of other requests begun between its receipt and its own first step."""
 
 
 @dataclass(frozen=True)
