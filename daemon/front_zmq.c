@@ -103,7 +103,14 @@ static corral_status front_bind(front_zmq *f, const char *endpoint, corral_error
                                 FRONT_MAX_ENDPOINTS);
     corral_status st = endpoint_prepare_bind(endpoint, err);
     if (st != CORRAL_OK) return st;
-    if (zmq_bind(f->router, endpoint) != 0)
+    /* ZeroMQ takes the host of a bind as an interface name, and "localhost" is none: bind the
+     * address it stands for. */
+    char address[ENDPOINT_MAX];
+    if (strncmp(endpoint, "tcp://localhost:", 16) == 0)
+        snprintf(address, sizeof address, "tcp://127.0.0.1:%s", endpoint + 16);
+    else
+        snprintf(address, sizeof address, "%s", endpoint);
+    if (zmq_bind(f->router, address) != 0)
         return corral_error_set(err, CORRAL_IO, "cannot bind %s: %s", endpoint,
                                 zmq_strerror(zmq_errno()));
     f->endpoints[f->n_endpoints] = strdup(endpoint);
@@ -113,13 +120,12 @@ static corral_status front_bind(front_zmq *f, const char *endpoint, corral_error
     return CORRAL_OK;
 }
 
-front_zmq *front_zmq_new(core *k, const cfg *c, corral_error *err) {
+front_zmq *front_zmq_new(const cfg *c, corral_error *err) {
     front_zmq *f = calloc(1, sizeof *f);
     if (!f) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
         return NULL;
     }
-    f->core = k;
     f->config = c;
     f->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (f->event_fd < 0) {
@@ -139,6 +145,8 @@ front_zmq *front_zmq_new(core *k, const cfg *c, corral_error *err) {
     }
     int64_t max_msg = (int64_t)c->max_message_bytes;
     int one = 1, linger = 0, hwm = FRONT_SNDHWM, heartbeat = 5000;
+    /* IPv4 and IPv6 endpoints (tcp://[::1]:PORT) on one socket. */
+    zmq_setsockopt(f->router, ZMQ_IPV6, &one, sizeof one);
     zmq_setsockopt(f->router, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     /* Unroutable replies (peer gone) and full pipes become errors instead of silent drops. */
     zmq_setsockopt(f->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -161,6 +169,13 @@ front_zmq *front_zmq_new(core *k, const cfg *c, corral_error *err) {
 fail:
     front_zmq_destroy(&f);
     return NULL;
+}
+
+corral_status front_zmq_check(const cfg *c, corral_error *err) {
+    front_zmq *f = front_zmq_new(c, err);
+    if (!f) return err->status;
+    front_zmq_destroy(&f);
+    return CORRAL_OK;
 }
 
 size_t front_zmq_endpoint_count(const front_zmq *f) {
@@ -546,8 +561,9 @@ done:
 
 /* ---- the loop -------------------------------------------------------------------------------- */
 
-corral_status front_zmq_run(front_zmq *f, int signal_fd, const char *config_path,
+corral_status front_zmq_run(front_zmq *f, core *k, int signal_fd, const char *config_path,
                             corral_error *err) {
+    f->core = k;
     int64_t last_check = mono_us(), stop_deadline = 0;
     for (;;) {
         zmq_pollitem_t items[] = {

@@ -20,9 +20,15 @@
 typedef struct front_zmq front_zmq;
 
 /* Create the ZeroMQ context and bind every endpoint of c (the default endpoint when it lists
- * none, creating private ipc directories as needed). Borrows k and c: both must outlive the
- * front end. Returns NULL with err naming the endpoint that failed. Caller owns the result. */
-front_zmq *front_zmq_new(core *k, const cfg *c, corral_error *err);
+ * none, creating private ipc directories as needed). corrald does this before its core touches
+ * any state, so a daemon that cannot listen (another one is there) changes nothing. Borrows c: it
+ * must outlive the front end. Returns NULL with err naming the endpoint that failed. Caller owns
+ * the result. tcp://localhost:PORT binds 127.0.0.1:PORT; tcp://[::1]:PORT binds IPv6 loopback. */
+front_zmq *front_zmq_new(const cfg *c, corral_error *err);
+
+/* What front_zmq_new would refuse about c's endpoints, for --check-config: each is bound and
+ * released again. */
+corral_status front_zmq_check(const cfg *c, corral_error *err);
 
 /* The endpoints actually bound, for logs and tests. Borrowed: valid until front_zmq_destroy. */
 size_t front_zmq_endpoint_count(const front_zmq *f);
@@ -32,7 +38,7 @@ const char *front_zmq_endpoint(const front_zmq *f, size_t i);
  * reload `config_path` (NULL: SIGHUP is ignored with a warning). On a stop signal the front end
  * stops taking work, the core ends the requests in flight with Error UNAVAILABLE, and this returns
  * within 2 seconds. Returns CORRAL_OK after a clean stop, or an error when the sockets fail. */
-corral_status front_zmq_run(front_zmq *f, int signal_fd, const char *config_path,
+corral_status front_zmq_run(front_zmq *f, core *k, int signal_fd, const char *config_path,
                             corral_error *err);
 
 /* Close the sockets (removing ipc socket files) and the context, and free every job still in

@@ -174,7 +174,8 @@ int main(int argc, char **argv) {
 
     if (check_only) {
         corral_error perr;
-        if (core_check_config(config, &perr) != CORRAL_OK) {
+        if (core_check_config(config, &perr) != CORRAL_OK ||
+            front_zmq_check(config, &perr) != CORRAL_OK) {
             fprintf(stderr, "corrald: %s\n", perr.message);
             cfg_destroy(&config);
             return 1;
@@ -209,14 +210,21 @@ int main(int argc, char **argv) {
              LOG_INT("jemalloc_active", mem_allocator_is_jemalloc()), LOG_STR("cpu", features),
              LOG_INT("pid", getpid()));
 
-    /* The core owns the configuration from here on; the front end reads its limits. */
+    /* The endpoints first: a daemon that cannot listen (another one is there) must stop before
+     * its core touches any state. Then the core, which owns the configuration from here on; the
+     * front end keeps reading its limits. */
     char *reload_path = config->source_path ? strdup(config->source_path) : NULL;
-    core *k = core_new(config, &err);
+    front_zmq *front = front_zmq_new(config, &err);
+    core *k = NULL;
+    if (front) {
+        k = core_new(config, &err);
+    } else {
+        cfg_destroy(&config);
+    }
     config = NULL;
-    front_zmq *front = k ? front_zmq_new(k, core_initial_config(k), &err) : NULL;
-    if (!front) {
+    if (!k) {
         log_error("cannot start", LOG_STR("error", err.message));
-        core_destroy(&k);
+        front_zmq_destroy(&front);
         free(reload_path);
         close(signal_fd);
         return 1;
@@ -224,7 +232,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < front_zmq_endpoint_count(front); i++)
         log_info("listening", LOG_STR("endpoint", front_zmq_endpoint(front, i)));
 
-    corral_status st = front_zmq_run(front, signal_fd, reload_path, &err);
+    corral_status st = front_zmq_run(front, k, signal_fd, reload_path, &err);
     if (st != CORRAL_OK) log_error("front end failed", LOG_STR("error", err.message));
     /* The core first: it may still hold jobs of the front end's until its threads stop. */
     core_destroy(&k);

@@ -21,6 +21,7 @@
 
 #include "corral/log.h"
 #include "corral/version.h"
+#include "dirlock.h"
 #include "sched_impl.h"
 
 int64_t sched__mono_us(void) {
@@ -690,6 +691,16 @@ core *core_new(cfg *c, corral_error *err) {
         return NULL;
     }
     g->first = true;
+    /* The directories this daemon writes are its alone: a second corrald on them stops here,
+     * before its swap scan could clean the first one's images. */
+    k->swap_lock = dirlock_take(c->swap_dir, "swap directory", err);
+    if (k->swap_lock || err->status == CORRAL_OK)
+        k->cache_lock = dirlock_take(c->cache_dir, "cache directory", err);
+    if (err->status != CORRAL_OK) {
+        cfg_gen_destroy(&g);
+        core_destroy(&k);
+        return NULL;
+    }
     swap_scan_report scan;
     k->swap = swap_dir_open(c->swap_dir, c->session_ttl_ms, &scan);
     if (!k->swap) {
@@ -825,6 +836,8 @@ void core_destroy(core **pk) {
     session_save_all(k);
     residency_free_all(k);
     swap_dir_destroy(&k->swap);
+    dirlock_release(&k->swap_lock);
+    dirlock_release(&k->cache_lock);
     threadpool_destroy(&k->pool);
     threadpool_destroy(&k->loader_pool);
     for (app_count *a = k->apps, *next; a; a = next) {

@@ -220,6 +220,7 @@ struct core {
     /* Compute thread only. */
     threadpool *pool; /* compute threads shared by every model (one batch at a time) */
     swap_dir *swap;   /* where session caches go when memory is needed */
+    struct dirlock *swap_lock, *cache_lock; /* this daemon's alone (dirlock.h) */
     cfg_gen *config;  /* the current configuration */
     cfg_gen *configs; /* every generation still held (the current one among them) */
     const cfg *initial;

@@ -39,8 +39,10 @@ corral_client *corral_client_new(const char *endpoint, corral_error *err) {
         goto fail;
     }
     c->dealer = zmq_socket(c->zctx, ZMQ_DEALER);
-    int linger = 0;
+    /* IPv6 on, so that tcp://[::1]:PORT connects as well as IPv4 addresses do. */
+    int linger = 0, ipv6 = 1;
     if (!c->dealer || zmq_setsockopt(c->dealer, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_setsockopt(c->dealer, ZMQ_IPV6, &ipv6, sizeof ipv6) != 0 ||
         zmq_connect(c->dealer, c->endpoint) != 0) {
         corral_error_set(err, CORRAL_UNAVAILABLE, "cannot connect to %s: %s", c->endpoint,
                          zmq_strerror(zmq_errno()));

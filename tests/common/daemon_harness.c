@@ -62,7 +62,18 @@ int harness_start(harness_daemon *d, const char *config_body, const char *const 
     /* Likewise the cache of merged and rearranged weights. */
     if (!config_body || !strstr(config_body, "cache:"))
         fprintf(fp, "cache: {dir: \"%s/cache\"}\n", d->dir);
-    if (config_body) fputs(config_body, fp);
+    /* "$IPC" in the body stands for the harness's own endpoint (a listen list of the body's may
+     * name it beside others). */
+    for (const char *s = config_body; s && *s;) {
+        const char *at = strstr(s, "$IPC");
+        if (!at) {
+            fputs(s, fp);
+            break;
+        }
+        fwrite(s, 1, (size_t)(at - s), fp);
+        fputs(d->endpoint, fp);
+        s = at + 4;
+    }
     fclose(fp);
 
     const char *argv[64];

@@ -18,7 +18,8 @@ typedef struct harness_daemon {
 } harness_daemon;
 
 /* Write `config_body` (YAML; the harness adds `listen:` with its own endpoint and a `memory:`
- * section with a private swap directory unless the body has them) and start corrald with extra_args
+ * section with a private swap directory unless the body has them; "$IPC" in the body stands for
+ * the harness's endpoint, which it waits on) and start corrald with extra_args
  * (NULL-terminated, may be NULL). Waits up to timeout_ms for the daemon to answer a ping. Returns 0
  * on success; -1 with the log printed to stderr otherwise. */
 int harness_start(harness_daemon *d, const char *config_body, const char *const *extra_args,

@@ -4,6 +4,8 @@
  * SIGINT/SIGTERM, report versions, reject bad configs and flags.
  */
 #include <check.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -110,18 +112,90 @@ END_TEST
 START_TEST(test_second_daemon_on_same_endpoint_refused) {
     harness_daemon d;
     ck_assert_int_eq(harness_start(&d, "", NULL, 5000), 0);
+    /* What a write of the running daemon left in its swap directory: a second daemon that starts
+     * its core before finding the endpoint taken would clean it up under the first one. */
+    char leftover[400];
+    snprintf(leftover, sizeof leftover, "%s/swap/session-0123456789abcdef.gguf.tmp.1", d.dir);
+    FILE *fp = fopen(leftover, "w");
+    ck_assert_ptr_nonnull(fp);
+    fclose(fp);
     char listen[300];
     snprintf(listen, sizeof listen, "--listen=%s", d.endpoint);
     const char *args[] = {"-c", d.config_path, listen, NULL};
     char out[4096];
     ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 1);
     ck_assert_msg(strstr(out, "another corrald is listening") != NULL, "%s", out);
+    ck_assert_msg(access(leftover, F_OK) == 0, "the second daemon cleaned the first one's swap");
+    /* On an endpoint of its own but the same directories: refused, naming the holder. */
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/other", d.dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    snprintf(listen, sizeof listen, "--listen=ipc://%s/corral.sock", dir);
+    ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 1);
+    char pid[64];
+    snprintf(pid, sizeof pid, "in use by another corrald (pid %d)", (int)d.pid);
+    ck_assert_msg(strstr(out, "swap directory") && strstr(out, pid), "%s", out);
+    ck_assert_msg(access(leftover, F_OK) == 0, "the second daemon cleaned the first one's swap");
     /* The first one is untouched. */
     corral_error err;
     corral_client *c = corral_client_new(d.endpoint, &err);
     ck_assert_int_eq(corral_client_ping(c, 2000, NULL, &err), CORRAL_OK);
     corral_client_destroy(&c);
     ck_assert_int_eq(harness_stop(&d, SIGTERM, 2000), 0);
+}
+END_TEST
+
+START_TEST(test_tcp_endpoints_on_both_loopbacks) {
+    /* tcp://localhost: ZeroMQ reads a bind's host as an interface name; tcp://[::1]: needs IPv6
+     * turned on for the socket. Both passed --check-config and then failed to bind. */
+    const int port = 20000 + (int)(getpid() % 20000);
+    char body[256];
+    snprintf(body, sizeof body, "listen: [\"$IPC\", \"tcp://localhost:%d\", \"tcp://[::1]:%d\"]\n",
+             port, port + 1);
+    harness_daemon d;
+    ck_assert_int_eq(harness_start(&d, body, NULL, 10000), 0);
+    const char *check[] = {"-c", d.config_path, "--check-config", NULL};
+    char out[4096];
+    /* The endpoints are taken now (by d): a check binds them, so it reports them in use. */
+    ck_assert_int_eq(harness_run_corrald(check, out, sizeof out, 5000), 1);
+    for (int i = 0; i < 2; i++) {
+        char endpoint[64];
+        snprintf(endpoint, sizeof endpoint, i ? "tcp://[::1]:%d" : "tcp://127.0.0.1:%d", port + i);
+        corral_error err;
+        corral_client *c = corral_client_new(endpoint, &err);
+        ck_assert_msg(c != NULL, "%s", err.message);
+        ck_assert_msg(corral_client_ping(c, 5000, NULL, &err) == CORRAL_OK, "%s: %s", endpoint,
+                      err.message);
+        corral_client_destroy(&c);
+    }
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 5000), 0);
+}
+END_TEST
+
+START_TEST(test_check_config_binds_what_startup_binds) {
+    /* A socket directory open to others passes the syntax check but not the bind: --check-config
+     * must say so, as startup would. */
+    char dir[] = "/tmp/corral-it-open-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    char path[128], text[256];
+    snprintf(path, sizeof path, "%s/corral.yaml", dir);
+    snprintf(text, sizeof text, "listen: [\"ipc://%s/sock\"]\nmemory: {swap_dir: %s/swap}\n", dir,
+             dir);
+    FILE *fp = fopen(path, "w");
+    ck_assert_ptr_nonnull(fp);
+    fputs(text, fp);
+    fclose(fp);
+    const char *check[] = {"-c", path, "--check-config", NULL};
+    char out[4096];
+    ck_assert_int_eq(harness_run_corrald(check, out, sizeof out, 5000), 1);
+    ck_assert_msg(strstr(out, "must not be open to group or others"), "%s", out);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    ck_assert_int_eq(harness_run_corrald(check, out, sizeof out, 5000), 0);
+    ck_assert_msg(strstr(out, ": ok"), "%s", out);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -176,12 +250,14 @@ static Suite *daemon_suite(void) {
     tcase_add_test(core, test_clean_stop_on_sigint);
     tcase_add_test(core, test_version_reports_jemalloc_and_cpu);
     tcase_add_test(core, test_help_lists_every_flag);
+    tcase_add_test(core, test_tcp_endpoints_on_both_loopbacks);
     suite_add_tcase(s, core);
     TCase *errors = tcase_create("errors");
     tcase_set_timeout(errors, 30);
     tcase_add_test(errors, test_garbage_gets_protocol_error_and_daemon_keeps_serving);
     tcase_add_test(errors, test_second_daemon_on_same_endpoint_refused);
     tcase_add_test(errors, test_bad_config_and_flags_exit_nonzero);
+    tcase_add_test(errors, test_check_config_binds_what_startup_binds);
     suite_add_tcase(s, errors);
     return s;
 }

@@ -255,6 +255,8 @@ START_TEST(test_realtime_preempts_background) {
     corral__v1__response__free_unpacked(pong, NULL);
     for (int i = 0; i < N_BG; i++) {
         raw_open(&bg[i], d.endpoint);
+        /* The constraint needs more text than 400 tokens write: no end-of-generation token
+         * ends a stream before the test is done with it. */
         send_generate(&bg[i], 1,
                       &(gen_opts){.model = "synth",
                                   .max_tokens = 400,
@@ -262,7 +264,8 @@ START_TEST(test_realtime_preempts_background) {
                                   .app = "speaker",
                                   .priority = CORRAL__V1__PRIORITY__PRIORITY_BACKGROUND,
                                   .has_temperature = true,
-                                  .temperature = 1.0f});
+                                  .temperature = 1.0f,
+                                  .constraint = "(?:[ -~]{1000}){4}"});
     }
     /* Let every background stream get going (generous waits: a loaded machine under ASan may
      * take seconds; what the test checks is a count of tokens, not a time). */

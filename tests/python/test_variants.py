@@ -10,6 +10,7 @@ daemon on the same cache directory serves the variant without merging again.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 
 import pytest
@@ -86,7 +87,10 @@ def test_variants_match_reference_and_cache_survives_restart(start_corrald, tmp_
     images = sorted(os.listdir(cache))
     assert len([f for f in images if f.endswith(".gguf")]) == 3, images
 
-    # A second daemon on the same cache maps the merged images instead of merging again.
+    # The next daemon on the same cache maps the merged images instead of merging again (the
+    # first one stops first: a cache directory is one running daemon's at a time).
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.process.wait(timeout=10) == 0
     again = start_corrald(variants_config(cache))
     with Client(again.endpoint, timeout=20) as c:
         assert greedy_ids(c, "lora", len(full)) == full

@@ -190,6 +190,7 @@ class AsyncClient:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.IPV6, 1)  # tcp://[::1]:PORT as well as IPv4 addresses
         self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         try:
             self._sock.connect(self.endpoint)

@@ -190,6 +190,7 @@ class Client:
         # One process-wide context (thread-safe; one I/O thread) keeps clients cheap.
         self._sock = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.IPV6, 1)  # tcp://[::1]:PORT as well as IPv4 addresses
         # Disconnections tell that requests in flight are lost (see the module documentation).
         self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._poller = zmq.Poller()
