@@ -319,6 +319,30 @@ START_TEST(test_realtime_preempts_background) {
 }
 END_TEST
 
+/* Serve a set of streaming clients for up to ms: read what they were sent (counting Chunks per
+ * client into chunks[], when given) and ping each every 250 ms, as live clients do (the test
+ * daemon cancels the requests of clients silent for 1.5 s, which would free their slots). Returns
+ * early once every client has at least `want` chunks. */
+static void serve_streams(raw *r, int n, int *chunks, int want, int ms) {
+    for (int waited = 0; waited < ms; waited += 10) {
+        bool all = chunks != NULL;
+        for (int i = 0; i < n; i++) {
+            Corral__V1__Response *resp;
+            while ((resp = raw_recv(&r[i], 0))) {
+                if (chunks && resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK) chunks[i]++;
+                corral__v1__response__free_unpacked(resp, NULL);
+            }
+            if (waited % 250 == 0) {
+                Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+                send_simple(&r[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
+            }
+            all = all && chunks[i] >= want;
+        }
+        if (all) return;
+        usleep(10000);
+    }
+}
+
 START_TEST(test_priority_is_capped_by_the_app) {
     /* Every active slot of "synth" is taken by long interactive streams. A realtime request
      * always starts — but "notes" may not go above interactive, so its "realtime" request waits
@@ -337,16 +361,9 @@ START_TEST(test_priority_is_capped_by_the_app) {
                                   .temperature = 1.0f,
                                   .constraint = "(?:[ -~]{1000}){4}"});
     }
-    for (int i = 0; i < N_BG; i++) {
-        Corral__V1__Response *resp = raw_recv_live(&bg[i], 60000);
-        ck_assert_ptr_nonnull(resp);
-        ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
-        corral__v1__response__free_unpacked(resp, NULL);
-    }
-    for (int i = 0; i < N_BG; i++) {
-        Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
-        send_simple(&bg[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
-    }
+    int chunks[N_BG] = {0};
+    serve_streams(bg, N_BG, chunks, 1, 60000);
+    for (int i = 0; i < N_BG; i++) ck_assert_msg(chunks[i] >= 1, "stream %d did not start", i);
     raw_open(&notes, d.endpoint);
     raw_open(&speaker, d.endpoint);
     const gen_opts rt = {.model = "synth",
@@ -358,30 +375,25 @@ START_TEST(test_priority_is_capped_by_the_app) {
     send_generate(&notes, 5, &o);
     o.app = "speaker";
     send_generate(&speaker, 6, &o);
-    Corral__V1__Response *fast = raw_final(&speaker, 6, 60000);
+    /* Both answers, the streams served meanwhile (they keep their slots and run to their end). */
+    Corral__V1__Response *fast = NULL, *slow = NULL;
+    for (int waited = 0; !(fast && slow) && waited < 180000; waited += 50) {
+        serve_streams(bg, N_BG, NULL, 0, 20);
+        raw *who[2] = {&speaker, &notes};
+        Corral__V1__Response **got[2] = {&fast, &slow};
+        for (int w = 0; w < 2; w++) {
+            if (*got[w]) continue;
+            Corral__V1__Response *resp = raw_recv_live(who[w], 15);
+            if (resp && (resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE ||
+                         resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR))
+                *got[w] = resp;
+            else if (resp)
+                corral__v1__response__free_unpacked(resp, NULL);
+        }
+    }
     ck_assert_ptr_nonnull(fast);
     ck_assert_int_eq(fast->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
     ck_assert_uint_le(fast->done->queue_steps, 1);
-    /* The streams keep their slots; drain them so they run to their end. */
-    Corral__V1__Response *slow = NULL;
-    for (int waited = 0; !slow && waited < 120000; waited += 50) {
-        /* The streams' clients read and stay alive (a silent client's requests are cancelled
-         * after the test daemon's 1.5 s peer timeout, which would free a slot). */
-        for (int i = 0; i < N_BG; i++) {
-            Corral__V1__Response *resp;
-            while ((resp = raw_recv(&bg[i], 0))) corral__v1__response__free_unpacked(resp, NULL);
-            if (waited % 250 == 0) {
-                Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
-                send_simple(&bg[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
-            }
-        }
-        Corral__V1__Response *resp = raw_recv_live(&notes, 50);
-        if (resp && (resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE ||
-                     resp->body_case == CORRAL__V1__RESPONSE__BODY_ERROR))
-            slow = resp;
-        else if (resp)
-            corral__v1__response__free_unpacked(resp, NULL);
-    }
     ck_assert_ptr_nonnull(slow);
     ck_assert_int_eq(slow->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
     ck_assert_uint_eq(slow->done->generated_tokens, 2);
