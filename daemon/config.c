@@ -286,7 +286,7 @@ static const cfg_option root_options[] = {
      .max = 1024,
      .default_value = "8",
      NO_HAS,
-     .doc = "requests of one model computed at once (interleaved token by token)"},
+     .doc = "requests of one model computed at once, batched into one forward pass a step"},
     {.path = "limits.stall_timeout_ms",
      .type = CFG_TYPE_INT,
      .offset = offsetof(cfg, stall_timeout_ms),
@@ -326,7 +326,8 @@ static const cfg_option root_options[] = {
      .max = 8192,
      .default_value = "64",
      NO_HAS,
-     .doc = "prompt tokens per scheduling step: smaller lets urgent requests cut in sooner"},
+     .doc = "prompt tokens per step (beside the other requests' next tokens): smaller keeps "
+            "steps short, so urgent requests cut in sooner"},
     {.path = "limits.memory_wait_ms",
      .type = CFG_TYPE_INT,
      .offset = offsetof(cfg, memory_wait_ms),
