@@ -157,6 +157,25 @@ START_TEST(test_nesting_bounded) {
 }
 END_TEST
 
+/* Aliases are refused by position: the walk reads an aliased node once per reference, so a few
+ * hundred aliases of a list of a few hundred adapters became 90000 entries (and 1000 of 1000 took
+ * minutes and hundreds of MB). */
+START_TEST(test_aliases_refused) {
+    enum { N = 300 };
+    char *text = malloc((size_t)N * 80 + 256);
+    ck_assert_ptr_nonnull(text);
+    size_t len = (size_t)sprintf(text, "models:\n  - name: m0\n    path: /etc/hostname\n"
+                                       "    adapters: &ads\n");
+    for (int i = 0; i < N; i++) len += (size_t)sprintf(text + len, "      - {path: a%d}\n", i);
+    for (int i = 1; i < N; i++)
+        len += (size_t)sprintf(text + len, "  - {name: m%d, path: /etc/hostname, adapters: *ads}\n",
+                               i);
+    expect_error(text, "t.yaml:305:47: YAML aliases (*ads) are not supported");
+    free(text);
+    expect_error("memory: &m {policy: lru}\ncache: *m\n", "t.yaml:2:8: YAML aliases (*m)");
+}
+END_TEST
+
 START_TEST(test_unknown_key_has_position) {
     expect_error("log_level: info\nlimits:\n  max_mesage_bytes: 10\n",
                  "t.yaml:3:3: unknown key 'limits.max_mesage_bytes'");
@@ -286,6 +305,7 @@ static Suite *config_suite(void) {
     tcase_add_test(limits, test_empty_and_comment_only_files);
     tcase_add_test(limits, test_byte_size_bounds);
     tcase_add_test(limits, test_nesting_bounded);
+    tcase_add_test(limits, test_aliases_refused);
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_test(errors, test_unknown_key_has_position);
