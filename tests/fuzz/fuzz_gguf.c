@@ -152,7 +152,8 @@ static void use_tokenizer(const gguf_file *f, const uint8_t *data, size_t size) 
         (void)tok_token_score(t, id);
     }
 
-    static const char sample[] = "Hello world, \xc3\xbcnic\xc3\xb6" "de 123\n\t<s>";
+    static const char sample[] = "Hello world, \xc3\xbcnic\xc3\xb6"
+                                 "de 123\n\t<s>";
     const size_t n_in = size < 64 ? size : 64;
     char *text = malloc(sizeof sample + n_in);
     FUZZ_CHECK(text != NULL, "out of memory");
@@ -174,8 +175,8 @@ static void use_tokenizer(const gguf_file *f, const uint8_t *data, size_t size) 
         char *piece = malloc(max_piece + 1);
         FUZZ_CHECK(piece != NULL, "out of memory");
         for (size_t j = 0; j < n_ids; j++) {
-            FUZZ_CHECK(ids[j] >= 0 && ids[j] < n_vocab, "id %d outside a vocabulary of %d",
-                       ids[j], n_vocab);
+            FUZZ_CHECK(ids[j] >= 0 && ids[j] < n_vocab, "id %d outside a vocabulary of %d", ids[j],
+                       n_vocab);
             size_t n_bytes = 0;
             st = tok_decode_piece(t, ids[j], TOK_DECODE_SPECIAL, piece, max_piece + 1, &n_bytes,
                                   &err);

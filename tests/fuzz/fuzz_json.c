@@ -34,8 +34,8 @@ static void check_number(const jsonr_value *v) {
     double d;
     const int is_u = jsonr_get_u64(v, &u) == 0, is_i = jsonr_get_i64(v, &i) == 0;
     const int is_d = jsonr_get_f64(v, &d) == 0;
-    if (is_u && u <= INT64_MAX) FUZZ_CHECK(is_i && (uint64_t)i == u, "u64 %llu but not i64",
-                                           (unsigned long long)u);
+    if (is_u && u <= INT64_MAX)
+        FUZZ_CHECK(is_i && (uint64_t)i == u, "u64 %llu but not i64", (unsigned long long)u);
     /* "-0" reads as i64 0 but is not a u64 (it has a sign): only positive values must agree. */
     if (is_i && i > 0) FUZZ_CHECK(is_u && u == (uint64_t)i, "i64 %lld but not u64", (long long)i);
     if (is_d) FUZZ_CHECK(isfinite(d), "f64 not finite");
@@ -76,10 +76,18 @@ static void walk(const jsonr_value *v, int depth) {
 
 /* What peft_config_read asks of a config. */
 static void read_like_peft(const jsonr_value *root) {
-    static const char *const fields[] = {"peft_type", "r", "lora_alpha", "use_rslora",
-                                         "rank_pattern", "alpha_pattern", "target_modules",
-                                         "init_lora_weights", "base_model_name_or_path",
-                                         "use_dora", "bias", "modules_to_save"};
+    static const char *const fields[] = {"peft_type",
+                                         "r",
+                                         "lora_alpha",
+                                         "use_rslora",
+                                         "rank_pattern",
+                                         "alpha_pattern",
+                                         "target_modules",
+                                         "init_lora_weights",
+                                         "base_model_name_or_path",
+                                         "use_dora",
+                                         "bias",
+                                         "modules_to_save"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         const jsonr_value *v = jsonr_get(root, fields[i]);
         FUZZ_CHECK(v == NULL || jsonr_value_kind(root) == JSONR_OBJECT, "get on a non-object");

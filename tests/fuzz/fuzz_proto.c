@@ -31,8 +31,7 @@ static void check_generate(const Corral__V1__Generate *g, const core_generate *c
         check_text(c->prompt, c->prompt_len, "prompt");
         FUZZ_CHECK(c->prompt_len > 0, "empty prompt not NULL");
     }
-    FUZZ_CHECK(c->n_messages == g->n_messages, "%zu messages of %zu", c->n_messages,
-               g->n_messages);
+    FUZZ_CHECK(c->n_messages == g->n_messages, "%zu messages of %zu", c->n_messages, g->n_messages);
     for (size_t i = 0; i < c->n_messages; i++) {
         FUZZ_CHECK(c->messages[i].role != NULL, "message %zu has no role", i);
         check_text(c->messages[i].content, c->messages[i].content_len, "message content");
@@ -65,8 +64,7 @@ static void translate(const Corral__V1__Request *req) {
     corral_error err = {0};
     corral_status st = zproto_to_core(req, &out, &extra, &err);
     if (st != CORRAL_OK) {
-        FUZZ_CHECK(st == CORRAL_INVALID_ARGUMENT || st == CORRAL_UNSUPPORTED, "status %d",
-                   (int)st);
+        FUZZ_CHECK(st == CORRAL_INVALID_ARGUMENT || st == CORRAL_UNSUPPORTED, "status %d", (int)st);
         FUZZ_CHECK(extra == NULL, "failed translation left extra");
         FUZZ_CHECK(err.message[0] != '\0', "failed without a message");
         FUZZ_CHECK(st == CORRAL_INVALID_ARGUMENT || !served, "body %zu refused", body);
@@ -85,8 +83,7 @@ static void translate(const Corral__V1__Request *req) {
         zproto_buf_free(&buf);
         return;
     }
-    FUZZ_CHECK(served && out.kind == kinds[body], "body %zu became kind %d", body,
-               (int)out.kind);
+    FUZZ_CHECK(served && out.kind == kinds[body], "body %zu became kind %d", body, (int)out.kind);
     switch (out.kind) {
         case CORE_GENERATE:
             check_generate(req->generate, &out.generate);

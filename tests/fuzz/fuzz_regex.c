@@ -83,8 +83,8 @@ static void drive_matcher(constraint *c, const uint8_t *pick, size_t n_pick) {
         int32_t n_allowed = 0;
         for (int32_t t = 0; t < n_vocab; t++) {
             const int ok = isfinite(logits[t]);
-            FUZZ_CHECK(ok == constraint_matcher_allowed(m, t), "token %d: mask %d, allowed %d",
-                       t, ok, !ok);
+            FUZZ_CHECK(ok == constraint_matcher_allowed(m, t), "token %d: mask %d, allowed %d", t,
+                       ok, !ok);
             n_allowed += ok;
         }
         FUZZ_CHECK(n_allowed > 0, "not finished but nothing allowed");
@@ -105,8 +105,8 @@ static void drive_matcher(constraint *c, const uint8_t *pick, size_t n_pick) {
             break;
         }
         size_t n = 0;
-        corral_status st = tok_decode_piece(tok, tok_id, 0, out + out_len,
-                                            tok_max_piece_len(tok) + 1, &n, &err);
+        corral_status st =
+            tok_decode_piece(tok, tok_id, 0, out + out_len, tok_max_piece_len(tok) + 1, &n, &err);
         FUZZ_CHECK(st == CORRAL_OK && n > 0, "token %d allowed but adds no bytes", tok_id);
         out_len += n;
     }
@@ -162,8 +162,8 @@ static void fuzz_deny(const char *pattern, size_t len, int caseless, const uint8
                verdict);
     /* A rule written /REGEX/ or /REGEX/i is read without its slashes: compare only plain ones. */
     const int slashed = len >= 2 && pattern[0] == '/' &&
-                        (pattern[len - 1] == '/' || (len >= 3 && pattern[len - 2] == '/' &&
-                                                     pattern[len - 1] == 'i'));
+                        (pattern[len - 1] == '/' ||
+                         (len >= 3 && pattern[len - 2] == '/' && pattern[len - 1] == 'i'));
     if (!caseless && !slashed && n > 0 && verdict == CORRAL_POLICY_KEEP) {
         corral_error err = {0};
         constraint *c = constraint_compile(ix, pattern, len, &err);

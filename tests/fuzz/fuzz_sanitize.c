@@ -89,8 +89,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         if (v->file) v->tok = tok_new_from_gguf(v->file, &err);
         if (v->tok) v->pv = policy_vocab_new(v->tok, &err);
         if (!v->pv) {
-            fprintf(stderr, "fuzz_sanitize: %s: %s (set CORRAL_SHARED_DIR)\n", path,
-                    err.message);
+            fprintf(stderr, "fuzz_sanitize: %s: %s (set CORRAL_SHARED_DIR)\n", path, err.message);
             exit(1);
         }
         v->specials = policy_vocab_specials(v->pv, &v->n_specials);
@@ -129,8 +128,8 @@ static void check_report(const sanitize_report *r, size_t n_steps, corral_status
 static void check_strict(const vocab *v, const char *in, size_t len, const char *out,
                          size_t out_len) {
     FUZZ_CHECK(utf8_validate((const uint8_t *)out, out_len) == out_len, "output not UTF-8");
-    FUZZ_CHECK(out_len <= STRICT_MAX_BYTES && out_len <= 3 * len, "%zu bytes out of %zu",
-               out_len, len);
+    FUZZ_CHECK(out_len <= STRICT_MAX_BYTES && out_len <= 3 * len, "%zu bytes out of %zu", out_len,
+               len);
     FUZZ_CHECK(!has_special(v, out, out_len), "special-token text survived strip");
     FUZZ_CHECK(!memmem(out, out_len, "BEGIN PRIVATE KEY", 17) &&
                    !memmem(out, out_len, "BEGIN RSA PRIVATE KEY", 21),
@@ -183,8 +182,8 @@ static void check_exact(const vocab *v, const char *in, size_t len, corral_statu
                    "%zu bytes after normalize: status %d", w, (int)st);
     } else {
         FUZZ_CHECK(st == CORRAL_OK, "valid input of %zu bytes: status %d", w, (int)st);
-        FUZZ_CHECK(out_len == w && memcmp(out, want, w) == 0, "output %zu bytes, want %zu",
-                   out_len, w);
+        FUZZ_CHECK(out_len == w && memcmp(out, want, w) == 0, "output %zu bytes, want %zu", out_len,
+                   w);
     }
     free(want);
 }

@@ -48,8 +48,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         vocabs[i].file = gguf_open(path, &err);
         if (vocabs[i].file) vocabs[i].tok = tok_new_from_gguf(vocabs[i].file, &err);
         if (!vocabs[i].tok) {
-            fprintf(stderr, "fuzz_tokenizer: %s: %s (set CORRAL_SHARED_DIR)\n", path,
-                    err.message);
+            fprintf(stderr, "fuzz_tokenizer: %s: %s (set CORRAL_SHARED_DIR)\n", path, err.message);
             exit(1);
         }
     }
@@ -151,8 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = 0;
     int32_t *ids = encode_all(t, &whole, 1, add ? TOK_ADD_SPECIAL : 0, &n);
     for (size_t i = 0; i < n; i++) {
-        FUZZ_CHECK(ids[i] >= 0 && ids[i] < n_vocab, "id %d at %zu outside %d", ids[i], i,
-                   n_vocab);
+        FUZZ_CHECK(ids[i] >= 0 && ids[i] < n_vocab, "id %d at %zu outside %d", ids[i], i, n_vocab);
         if (!parse && tok_token_type(t, ids[i]) == TOK_TYPE_CONTROL)
             FUZZ_CHECK(add && ((i == 0 && ids[i] == tok_bos(t) && tok_adds_bos(t)) ||
                                (i == n - 1 && ids[i] == tok_eos(t) && tok_adds_eos(t))),

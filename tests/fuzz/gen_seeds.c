@@ -103,9 +103,10 @@ static size_t gpt2_byte_text(unsigned byte, char out[UTF8_SEQUENCE_MAX]) {
 /* A byte-level BPE vocabulary small enough for a seed: the 256 byte tokens, a few merges, a
  * control and a user-defined token, and a chat template. */
 static void seed_bpe_vocab(const char *name, const char *pre) {
-    static const char *const merged[] = {"\xc4\xa0t", "he", "\xc4\xa0the", "in", ("\xc4\xa0" "a")};
-    static const char *const merges[] = {"\xc4\xa0 t", "h e", "\xc4\xa0t he", "i n",
-                                         "\xc4\xa0 a"};
+    static const char *const merged[] = {"\xc4\xa0t", "he", "\xc4\xa0the", "in",
+                                         ("\xc4\xa0"
+                                          "a")};
+    static const char *const merges[] = {"\xc4\xa0 t", "h e", "\xc4\xa0t he", "i n", "\xc4\xa0 a"};
     enum { N_BYTES = 256, N_MERGED = 5, N = N_BYTES + N_MERGED + 2 };
     char texts[N_BYTES][UTF8_SEQUENCE_MAX + 1];
     const char *tokens[N];
