@@ -31,6 +31,9 @@
 #define LORA_RANK_MAX     65536u
 /* Steps a rank_pattern / alpha_pattern match may take before it is called too complex. */
 #define PATTERN_STEPS_MAX 1000000L
+/* Longest rank_pattern / alpha_pattern key: the matcher recurses once per atom, so this bounds
+ * its stack (about 100 KB); real keys are module names of a few dozen bytes. */
+#define PATTERN_KEY_MAX   1024u
 
 /* ---- the base model ---------------------------------------------------------------------------
  */
@@ -613,6 +616,11 @@ static bool pattern_match(const char *key, const char *module, pattern_run *run)
 /* Refuses the regular-expression features the matcher does not have, and malformed ones. */
 static corral_status pattern_check(const char *config, const char *field, const char *key,
                                    corral_error *err) {
+    if (strlen(key) > PATTERN_KEY_MAX) {
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "%s: %s key '%.96s...' is longer than %u bytes", config, field,
+                                key, PATTERN_KEY_MAX);
+    }
     for (size_t i = 0; key[i];) {
         char c = key[i];
         if (c == '(' || c == ')' || c == '|' || c == '{' || c == '}') {

@@ -949,10 +949,72 @@ static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *
     return CORRAL_OK;
 }
 
+/* The deepest nesting of lists and mappings a file may have. corrald's own keys go six levels
+ * deep (sanitizers, a profile, its steps, a step, its settings); the bound is there because
+ * libyaml's scanner costs time in the square of the depth (a 32768-deep flow sequence, 64 KiB of
+ * text, took 9 s to be refused for its key), so depth is checked before the document is
+ * composed. */
+#define CFG_YAML_DEPTH_MAX 64
+
+/* Read the first document of text as events, before yaml_parser_load composes it, and refuse it
+ * at the first collection nested deeper than CFG_YAML_DEPTH_MAX, naming its line:column. Stopping
+ * there keeps libyaml's work linear in the text. A syntax error is left to yaml_parser_load,
+ * which reports it.
+ *
+ * Aliases (*name) are refused here too. The composed document shares an aliased node, but the
+ * walk below reads it once per reference, so a list of a thousand aliases to a list of a thousand
+ * adapters is a million entries, each checked against the others: a 262 KiB file took 139 s and
+ * 430 MB before failing. corrald's files have no use for them; every value is written out. */
+static corral_status cfg_check_nesting(const char *text, size_t len, const char *name,
+                                       corral_error *err) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot initialise the YAML parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    corral_status st = CORRAL_OK;
+    int depth = 0;
+    for (bool more = true; more && st == CORRAL_OK;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev)) break;
+        switch (ev.type) {
+            case YAML_SEQUENCE_START_EVENT:
+            case YAML_MAPPING_START_EVENT:
+                if (++depth > CFG_YAML_DEPTH_MAX)
+                    st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                          "%s:%zu:%zu: nesting deeper than %d levels", name,
+                                          ev.start_mark.line + 1, ev.start_mark.column + 1,
+                                          CFG_YAML_DEPTH_MAX);
+                break;
+            case YAML_SEQUENCE_END_EVENT:
+            case YAML_MAPPING_END_EVENT:
+                depth--;
+                break;
+            case YAML_ALIAS_EVENT:
+                st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                      "%s:%zu:%zu: YAML aliases (*%.64s) are not supported; write "
+                                      "the value out",
+                                      name, ev.start_mark.line + 1, ev.start_mark.column + 1,
+                                      (const char *)ev.data.alias.anchor);
+                break;
+            case YAML_DOCUMENT_END_EVENT: /* yaml_parser_load reads the first document only */
+            case YAML_STREAM_END_EVENT:
+                more = false;
+                break;
+            default:
+                break;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&parser);
+    return st;
+}
+
 /* Parse `text` as a YAML document and apply it to base through table t. An empty document
  * changes nothing. */
 static corral_status cfg_apply_yaml(const cfg_table *t, void *base, const char *text, size_t len,
                                     const char *name, const char *base_dir, corral_error *err) {
+    const corral_status deep = cfg_check_nesting(text, len, name, err);
+    if (deep != CORRAL_OK) return deep;
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser))
         return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot initialise the YAML parser");

@@ -188,8 +188,8 @@ static const char *const eot_texts[] = {
     "<EOT>",
     "_<EOT>",
     "[EOT]",
-    "<\xef\xbd\x9c" /* <｜end▁of▁sentence｜> (DeepSeek); split so \x9c does not eat "end" */
-    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    ("<\xef\xbd\x9c" /* <｜end▁of▁sentence｜> (DeepSeek); split so \x9c does not eat "end" */
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
     "<end_of_utterance>",
 };
 
@@ -214,8 +214,8 @@ static const char *const eog_texts[] = {
     "<eos>",
     "<turn|>",
     "<|tool_response>",
-    "<\xef\xbd\x9c" /* <｜end▁of▁sentence｜> */
-    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    ("<\xef\xbd\x9c" /* <｜end▁of▁sentence｜> */
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
     "[e~[",
 };
 

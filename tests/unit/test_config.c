@@ -3,6 +3,7 @@
  * file not found, and every kind of bad content reported as file:line:column.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -149,6 +150,51 @@ START_TEST(test_byte_size_bounds) {
 }
 END_TEST
 
+/* Nesting is bounded before libyaml composes the document: its scanner's cost grows with the
+ * square of the depth (a 32768-deep flow sequence took 9 s), so a deep file is refused at the
+ * first collection past the limit, by line:column. 64 levels are still read. */
+START_TEST(test_nesting_bounded) {
+    enum { DEEP = 32768 };
+    char *text = malloc(2 * DEEP + 8);
+    ck_assert_ptr_nonnull(text);
+    memcpy(text, "x: ", 3);
+    memset(text + 3, '[', DEEP);
+    memset(text + 3 + DEEP, ']', DEEP);
+    strcpy(text + 3 + 2 * DEEP, "\n");
+    /* the top mapping is level 1: the 64th '[' (column 67) is level 65 */
+    expect_error(text, "t.yaml:1:67: nesting deeper than 64 levels");
+    /* 63 sequences in the top mapping: at the limit, so the key is what is wrong */
+    memset(text + 3 + 63, ']', 63);
+    strcpy(text + 3 + 126, "\n");
+    expect_error(text, "t.yaml:1:1: unknown key 'x'");
+    free(text);
+    /* block style counts the same way */
+    char block[64 * 70 + 16] = "";
+    size_t len = 0;
+    for (int d = 0; d < 65; d++) len += (size_t)sprintf(block + len, "%*sk%d:\n", d, "", d);
+    expect_error(block, "t.yaml:65:65: nesting deeper than 64 levels");
+}
+END_TEST
+
+/* Aliases are refused by position: the walk reads an aliased node once per reference, so a few
+ * hundred aliases of a list of a few hundred adapters became 90000 entries (and 1000 of 1000 took
+ * minutes and hundreds of MB). */
+START_TEST(test_aliases_refused) {
+    enum { N = 300 };
+    char *text = malloc((size_t)N * 80 + 256);
+    ck_assert_ptr_nonnull(text);
+    size_t len = (size_t)sprintf(text, "models:\n  - name: m0\n    path: /etc/hostname\n"
+                                       "    adapters: &ads\n");
+    for (int i = 0; i < N; i++) len += (size_t)sprintf(text + len, "      - {path: a%d}\n", i);
+    for (int i = 1; i < N; i++)
+        len += (size_t)sprintf(text + len, "  - {name: m%d, path: /etc/hostname, adapters: *ads}\n",
+                               i);
+    expect_error(text, "t.yaml:305:47: YAML aliases (*ads) are not supported");
+    free(text);
+    expect_error("memory: &m {policy: lru}\ncache: *m\n", "t.yaml:2:8: YAML aliases (*m)");
+}
+END_TEST
+
 START_TEST(test_unknown_key_has_position) {
     expect_error("log_level: info\nlimits:\n  max_mesage_bytes: 10\n",
                  "t.yaml:3:3: unknown key 'limits.max_mesage_bytes'");
@@ -278,6 +324,8 @@ static Suite *config_suite(void) {
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_empty_and_comment_only_files);
     tcase_add_test(limits, test_byte_size_bounds);
+    tcase_add_test(limits, test_nesting_bounded);
+    tcase_add_test(limits, test_aliases_refused);
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_test(errors, test_unknown_key_has_position);

@@ -1373,6 +1373,30 @@ START_TEST(test_bad_peft_rank_and_base_config) {
 }
 END_TEST
 
+/* A rank_pattern key is matched by recursion, one frame per atom that can match nothing: 100000
+ * "x*" ahead of "q_proj" (a 200 KB config) overflowed the stack. Keys are bounded instead. */
+START_TEST(test_bad_peft_pattern_too_long) {
+    float a[8 * 64] = {0}, b[64 * 8] = {0};
+    st_entry e[2] = {
+        {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", "F32", {8, 64}, a,
+         sizeof a},
+        {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", "F32", {64, 8}, b,
+         sizeof b},
+    };
+    enum { STARS = 100000 };
+    char *config = malloc(2 * STARS + 128);
+    ck_assert_ptr_nonnull(config);
+    size_t len = (size_t)sprintf(config, "{\"r\": 8, \"lora_alpha\": 16, \"rank_pattern\": {\"");
+    for (int i = 0; i < STARS; i++, len += 2) memcpy(config + len, "x*", 2);
+    strcpy(config + len, "q_proj\": 4}}");
+    const char *dir = tmp_path("long-pattern");
+    write_peft(dir, config, e, 2);
+    free(config);
+    const char *want[] = {"rank_pattern key", "longer than 1024 bytes", NULL};
+    expect_merge_error("models/stories260K.gguf", dir, CORRAL_UNSUPPORTED, want);
+}
+END_TEST
+
 static Suite *lora_suite(void) {
     Suite *s = suite_create("lora");
     TCase *core = tcase_create("core");
@@ -1407,6 +1431,7 @@ static Suite *lora_suite(void) {
     tcase_add_test(errors, test_bad_unknown_peft_module);
     tcase_add_test(errors, test_bad_unsupported_variants_by_name);
     tcase_add_test(errors, test_bad_peft_rank_and_base_config);
+    tcase_add_test(errors, test_bad_peft_pattern_too_long);
     suite_add_tcase(s, errors);
     return s;
 }

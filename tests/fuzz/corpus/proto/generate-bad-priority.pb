@@ -1,0 +1,2 @@
+editorZ
+storiesOnce upon a time€

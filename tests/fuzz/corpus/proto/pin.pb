@@ -1,0 +1,2 @@
+editorŠ	
+stories

@@ -1,0 +1,2 @@
+editorb
+storiesHello <s> world
