@@ -443,8 +443,9 @@ static bool subset_run(subset *sb, uint32_t start, int64_t base) {
     if (n < 0 || find_or_add(sb, (uint32_t)n) < 0) return false;
     const uint32_t k = sb->n_classes;
     for (uint32_t d = 0; d < sb->n_d; d++) {
-        if (!gather_targets(sb, sb->pool + sb->set_off[d], sb->set_off[d + 1] - sb->set_off[d]))
-            return false;
+        /* (An empty set may leave the pool unallocated: no pointer arithmetic on NULL.) */
+        const uint32_t *set = sb->pool ? sb->pool + sb->set_off[d] : NULL;
+        if (!gather_targets(sb, set, sb->set_off[d + 1] - sb->set_off[d])) return false;
         /* The byte edges of a wide class span many classes in one piece, so neighbouring classes
          * often have the same targets: then they have the same closure, found once. */
         uint32_t begin = 0, prev_begin = 0, prev_end = 0;
