@@ -923,6 +923,7 @@ static void machine_facts(bench *b) {
     corral_error err;
     const char *path = bench_kernel_path(&err);
     snprintf(b->f.kernel_path, sizeof b->f.kernel_path, "%.31s", path ? path : err.message);
+    getloadavg(&b->f.load_before, 1);
     struct utsname u;
     if (uname(&u) == 0)
         snprintf(b->f.uname, sizeof b->f.uname, "%s %s %s", u.sysname, u.release, u.machine);
@@ -1110,6 +1111,7 @@ int main(int argc, char **argv) {
         b.f.stream_prompt_max = g_stream_prompt_max;
     }
     b.f.realtime_prompt = g_realtime_prompt;
+    getloadavg(&b.f.load_after, 1);
     b.f.realtime_text = REALTIME_PROMPT;
     b.f.realtime_tokens = REALTIME_TOKENS;
     if (b.o.json)

@@ -52,6 +52,8 @@ typedef struct conc_facts {
     uint32_t stream_prompt_min, stream_prompt_max, realtime_prompt;
     const char *realtime_text;
     uint32_t realtime_tokens; /* its max_tokens */
+    /* The 1-minute load average before the run (others' work) and after it (ours included). */
+    double load_before, load_after;
 } conc_facts;
 
 /* One run of N streams, on either server. */

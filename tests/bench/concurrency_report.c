@@ -76,6 +76,10 @@ static void print_facts(FILE *out, const conc_opts *o, const conc_facts *f) {
                 f->stream_prompt_max);
     if (f->realtime_prompt) fprintf(out, "  realtime prompt: %u tokens\n", f->realtime_prompt);
     if (o->llama) fprintf(out, "  llama-server: %s (%s)\n", o->llama, f->llama_version);
+    fprintf(out,
+            "  load average (1 min): %.2f before the run, %.2f after it (its own work "
+            "included)\n",
+            f->load_before, f->load_after);
     fprintf(out, "  %d runs of each measurement; figures are medians (min–max) over the runs\n\n",
             o->reps);
 }
@@ -260,6 +264,7 @@ void conc_report_json(FILE *out, const conc_opts *o, const conc_facts *f, const 
     json_str(out, f->kernel_path);
     fprintf(out, ", \"uname\": ");
     json_str(out, f->uname);
+    fprintf(out, ", \"load_before\": %.2f, \"load_after\": %.2f", f->load_before, f->load_after);
     fprintf(out, ",\n  \"models\": {\"base\": ");
     json_str(out, f->base);
     fprintf(out, ", \"base_bytes\": %llu, \"cold\": ", (unsigned long long)file_size(f->base));
@@ -275,7 +280,10 @@ void conc_report_json(FILE *out, const conc_opts *o, const conc_facts *f, const 
     } else {
         fprintf(out, "null");
     }
-    fprintf(out, ",\n  \"tokens\": %u, \"runs\": %d,\n  \"streams\": [", o->n_tokens, o->reps);
+    fprintf(out,
+            ",\n  \"tokens\": %u, \"runs\": %d, \"stream_prompt_tokens_min\": %u, "
+            "\"stream_prompt_tokens_max\": %u, \"realtime_prompt_tokens\": %u,\n  \"streams\": [",
+            o->n_tokens, o->reps, f->stream_prompt_min, f->stream_prompt_max, f->realtime_prompt);
     double v[CONC_MAX_REPS];
     bool first = true;
     for (int k = 0; k < o->n_ns; k++) {
