@@ -66,8 +66,10 @@
 
 #include "corral.h"
 #include "corral/bench.h"
+#include "corral/gguf.h"
 #include "corral/synth.h"
 #include "corral/tensor.h"
+#include "corral/tokenizer.h"
 #include "lora.h"
 #include "benchutil.h"
 #include "concurrency.h"
@@ -554,6 +556,13 @@ static void corral_streams_once(const bench *b, const daemon_proc *d, corral_cli
  * every stream generates all its tokens, as corral's do on these prompts) and cache_prompt false
  * (corral keeps no prompt cache without a session either), and reads tokens_predicted from the
  * JSON answer. The answer is not streamed, so there is no time to first token on this side.
+ *
+ * One deviation: the synthetic model's vocabulary has the 256 byte tokens, and greedy decoding
+ * of random weights emits lone ones, which makes invalid UTF-8; this llama-server runs the output
+ * of /completion through its chat content parser, which refuses that with HTTP 500 ("does not
+ * match the expected Content-only format"; --no-jinja does not help, nor does streaming). So
+ * its requests carry a logit_bias that bans the byte tokens. That changes which tokens win, not
+ * the work per token: the same forward pass over the same number of positions.
  */
 
 typedef struct llama_proc {
@@ -562,12 +571,43 @@ typedef struct llama_proc {
     char log_path[PATH_MAX + 32];
 } llama_proc;
 
-/* The /completion request for prompt (plain ASCII without quotes or backslashes). */
-static void completion_body(char *out, size_t size, const char *prompt, uint32_t n_predict) {
-    snprintf(out, size,
-             "{\"prompt\": \"%s\", \"n_predict\": %u, \"temperature\": 0, \"ignore_eos\": true, "
-             "\"cache_prompt\": false, \"stream\": false}",
-             prompt, n_predict);
+/* `"logit_bias": [[id, false], ...],` for every byte token of the model at path (its
+ * tokenizer.ggml.token_type says which), into out; "" when it has none. */
+static void byte_token_ban(const char *path, char *out, size_t size) {
+    out[0] = '\0';
+    corral_error err;
+    gguf_file *g = gguf_open(path, &err);
+    if (!g) fail("%s: %s", path, err.message);
+    gguf_type type;
+    uint64_t n = 0;
+    if (gguf_get_array(g, "tokenizer.ggml.token_type", &type, &n, &err) != CORRAL_OK)
+        fail("%s: %s", path, err.message);
+    int32_t *types = malloc((n ? n : 1) * sizeof *types);
+    if (!types || gguf_array_copy_i32(g, "tokenizer.ggml.token_type", types, n, &err) != CORRAL_OK)
+        fail("%s: token types: %s", path, types ? err.message : "out of memory");
+    size_t len = 0;
+    for (uint64_t id = 0; id < n; id++) {
+        if (types[id] != TOK_TYPE_BYTE) continue;
+        const int w = snprintf(out + len, size - len, "%s[%llu, false]",
+                               len ? ", " : "\"logit_bias\": [", (unsigned long long)id);
+        if (w < 0 || (size_t)w >= size - len) fail("%s: too many byte tokens", path);
+        len += (size_t)w;
+    }
+    if (len && len + 3 > size) fail("%s: too many byte tokens", path);
+    if (len) memcpy(out + len, "],", 3);
+    free(types);
+    gguf_destroy(&g);
+}
+
+/* The /completion request for prompt (plain ASCII without quotes or backslashes); ban is a
+ * byte_token_ban fragment. */
+static void completion_body(char *out, size_t size, const char *prompt, uint32_t n_predict,
+                            const char *ban) {
+    if ((size_t)snprintf(out, size,
+                         "{\"prompt\": \"%s\", \"n_predict\": %u, \"temperature\": 0, "
+                         "\"ignore_eos\": true, %s \"cache_prompt\": false, \"stream\": false}",
+                         prompt, n_predict, ban) >= size)
+        fail("the /completion request does not fit its buffer");
 }
 
 static void llama_start(bench *b, llama_proc *lp, int slots) {
@@ -604,7 +644,7 @@ static void llama_stop(llama_proc *lp) {
 
 typedef struct http_job {
     int port;
-    char body[512];
+    char body[8192];
     pthread_barrier_t *start;
     double sent, done;
     long tokens;
@@ -635,7 +675,9 @@ static void llama_streams_once(const bench *b, const llama_proc *lp, int n, conc
     http_job *warm = &jobs[CONC_MAX_STREAMS];
     memset(warm, 0, sizeof *warm);
     warm->port = lp->port;
-    completion_body(warm->body, sizeof warm->body, "Hello", 4);
+    static char ban[6144];
+    if (!ban[0]) byte_token_ban(b->f.base, ban, sizeof ban);
+    completion_body(warm->body, sizeof warm->body, "Hello", 4, ban);
     http_job_main(warm);
     http_job_check(warm);
     pthread_barrier_t start;
@@ -646,7 +688,7 @@ static void llama_streams_once(const bench *b, const llama_proc *lp, int n, conc
         jobs[i].start = &start;
         char prompt[160];
         stream_prompt(prompt, sizeof prompt, i);
-        completion_body(jobs[i].body, sizeof jobs[i].body, prompt, b->o.n_tokens);
+        completion_body(jobs[i].body, sizeof jobs[i].body, prompt, b->o.n_tokens, ban);
         if (pthread_create(&jobs[i].thread, NULL, http_job_main, &jobs[i]) != 0)
             fail("cannot start a client thread");
     }
