@@ -225,7 +225,10 @@ void sched_finish_done(struct core *k, sjob *sj, core_stop stop) {
                    .prompt_tokens = sj->n_prompt,
                    .prefilled_tokens = sj->n_prompt - sj->n_cached,
                    .generated_tokens = sj->n_generated,
-                   .queue_us = sj->started_us - j->received_us,
+                   /* Waiting, the load it waited for apart (that is load_us). */
+                   .queue_us = sj->started_us - j->received_us > sj->load_us
+                                   ? sj->started_us - j->received_us - sj->load_us
+                                   : 0,
                    .load_us = sj->load_us,
                    .prefill_us = sj->prefill_us,
                    .decode_us = sj->decode_us,
