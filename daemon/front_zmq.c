@@ -14,7 +14,8 @@
  * more for it — and a vanished peer gives EHOSTUNREACH (the job is cancelled). Held output is
  * retried every few milliseconds; a stream paused longer than limits.stall_timeout_ms is
  * cancelled. A client whose last message is older than limits.peer_timeout_ms has its requests
- * cancelled.
+ * cancelled; its connection is still there, so each gets its final message (Done CANCELLED, or
+ * Error CANCELLED for one that had not started), which a client that stopped reading never sees.
  *
  * The core tells us of new events through the sink's notify callback, which writes to an eventfd
  * that the loop polls with the sockets.
@@ -404,10 +405,12 @@ static void check_liveness(front_zmq *f) {
             cancel_job(f, q, JOB_CANCEL_STALLED);
             continue;
         }
-        if (now - peer_last_seen(f, q) > peer_timeout) {
+        /* Once: a silent client's request stays here until its final event is sent. */
+        if (now - peer_last_seen(f, q) > peer_timeout &&
+            atomic_load(&q->j->cancel) == JOB_CANCEL_NONE) {
             log_info("client silent past the liveness timeout", LOG_UINT("id", q->id),
                      LOG_STR("app", q->j->app));
-            cancel_job(f, q, JOB_CANCEL_GONE);
+            cancel_job(f, q, JOB_CANCEL_SILENT);
         }
     }
     for (peer **pp = &f->peers; *pp;) {

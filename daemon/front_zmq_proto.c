@@ -442,6 +442,7 @@ static size_t pack_status(zproto_buf *b, Corral__V1__Response *r, const core_rep
         d.threads = di->threads;
         d.allocated_bytes = di->allocated_bytes;
         d.front_allocated_bytes = di->front_allocated_bytes;
+        d.heap_bytes = di->heap_bytes;
         Corral__V1__StatusReply sr = CORRAL__V1__STATUS_REPLY__INIT;
         sr.n_models = n;
         sr.models = ptrs;

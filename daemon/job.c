@@ -84,6 +84,15 @@ void job_text_free(job_text *t) {
     *t = (job_text){0};
 }
 
+const char *job_cancel_name(job_cancel why) {
+    static const char *const names[JOB_CANCEL_COUNT] = {
+        [JOB_CANCEL_NONE] = "none",         [JOB_CANCEL_CLIENT] = "client",
+        [JOB_CANCEL_GONE] = "gone",         [JOB_CANCEL_STALLED] = "stalled",
+        [JOB_CANCEL_SHUTDOWN] = "shutdown", [JOB_CANCEL_SILENT] = "silent",
+    };
+    return (unsigned)why < JOB_CANCEL_COUNT && names[why] ? names[why] : "unknown";
+}
+
 job *job_new(core_sink *sink, corral_error *err) {
     job *j = calloc(1, sizeof *j);
     if (!j) {

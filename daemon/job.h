@@ -35,10 +35,16 @@
 typedef enum job_cancel {
     JOB_CANCEL_NONE = 0,
     JOB_CANCEL_CLIENT = 1,  /* the client asked */
-    JOB_CANCEL_GONE = 2,    /* the client disconnected or went silent */
+    JOB_CANCEL_GONE = 2,    /* the client disconnected: nothing more reaches it */
     JOB_CANCEL_STALLED = 3, /* the client stopped reading its stream */
     JOB_CANCEL_SHUTDOWN = 4,
+    JOB_CANCEL_SILENT = 5, /* the client sent nothing for limits.peer_timeout_ms; its connection
+                              is still there, so it is told (the final event is sent) */
+    JOB_CANCEL_COUNT
 } job_cancel;
+
+/* The reason's name for logs ("client", "gone", "stalled", "shutdown", "silent"). */
+const char *job_cancel_name(job_cancel why);
 
 /* Generated text and the ids it came from, not yet sent. */
 typedef struct job_text {

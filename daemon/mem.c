@@ -191,6 +191,16 @@ static uint64_t arena_allocated(unsigned arena) {
     return total;
 }
 
+uint64_t mem_heap_live_bytes(void) {
+    if (!mem_allocator_is_jemalloc()) return 0;
+    uint64_t epoch = 1;
+    size_t len = sizeof epoch;
+    mallctl("epoch", &epoch, &len, &epoch, len); /* refresh the statistics */
+    size_t value = 0;
+    len = sizeof value;
+    return mallctl("stats.allocated", &value, &len, NULL, 0) == 0 ? value : 0;
+}
+
 uint64_t mem_owner_heap_bytes(const mem_owner *o) {
     if (!o) return 0;
     if (o->has_arena) return arena_allocated(o->arena);

@@ -54,6 +54,12 @@ void mem_thread_exit(void);
  * allocations is the difference before and after it. Thread-safe. */
 uint64_t mem_allocated_bytes(mem_thread_kind kind);
 
+/* Bytes the process holds on the heap now, over every arena and thread (jemalloc's
+ * stats.allocated, refreshed by this call); 0 when jemalloc is not the allocator. What stays
+ * allocated after work that should free everything it took (a reload, a request) is the
+ * difference before and after it. Thread-safe. */
+uint64_t mem_heap_live_bytes(void);
+
 /* A new owner with its own arena (when accounting is exact). NULL when out of memory or when
  * jemalloc cannot create an arena. Caller owns the result. */
 mem_owner *mem_owner_new(void);

@@ -147,6 +147,7 @@ typedef struct core_daemon_info {
     uint64_t uptime_ms, total_bytes, limit_bytes, requests_served;
     uint64_t allocated_bytes;       /* by the core's threads so far (mem_allocated_bytes) */
     uint64_t front_allocated_bytes; /* by the front ends' threads so far */
+    uint64_t heap_bytes;            /* held on the heap now (mem_heap_live_bytes) */
     uint32_t active, queued, sessions, threads;
 } core_daemon_info;
 

@@ -428,12 +428,20 @@ static void reap_one(struct core *k, sjob *sj, int64_t now) {
     {
         const int why = atomic_load(&j->cancel);
         if (why != JOB_CANCEL_NONE) {
+            /* Worth an info line: a client that vanished, stalled or went silent is something an
+             * operator looks for, and the tests read it to tell a cancellation from an end. */
+            log_info("request cancelled", LOG_UINT("id", j->id), LOG_STR("app", j->app),
+                     LOG_STR("model", sj->model ? sj->model->name : ""),
+                     LOG_STR("why", job_cancel_name((job_cancel)why)),
+                     LOG_STR("when", sj->phase == SJOB_ACTIVE ? "running" : "queued"),
+                     LOG_UINT("generated", sj->n_generated));
             if (why == JOB_CANCEL_SHUTDOWN || sj->phase != SJOB_ACTIVE) {
                 sched_finish_error(
                     k, sj, why == JOB_CANCEL_SHUTDOWN ? CORRAL_UNAVAILABLE : CORRAL_CANCELLED,
                     why == JOB_CANCEL_SHUTDOWN  ? "corrald is shutting down"
-                    : why == JOB_CANCEL_STALLED ? "the client stopped reading its "
-                                                  "stream"
+                    : why == JOB_CANCEL_STALLED ? "the client stopped reading its stream"
+                    : why == JOB_CANCEL_SILENT  ? "the client sent nothing for longer than "
+                                                  "limits.peer_timeout_ms"
                                                 : "cancelled before it started");
             } else {
                 gen_token t;

@@ -103,6 +103,7 @@ void status_answer(struct core *k, job *j) {
     d->threads = threadpool_n_threads(k->pool);
     d->allocated_bytes = mem_allocated_bytes(MEM_THREAD_CORE);
     d->front_allocated_bytes = mem_allocated_bytes(MEM_THREAD_FRONT);
+    d->heap_bytes = mem_heap_live_bytes();
     job_emit_reply(j, r);
 }
 

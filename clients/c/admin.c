@@ -240,6 +240,7 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
         ds->threads = d->threads;
         ds->allocated_bytes = d->allocated_bytes;
         ds->front_allocated_bytes = d->front_allocated_bytes;
+        ds->heap_bytes = d->heap_bytes;
     }
     *out = rep;
 done:

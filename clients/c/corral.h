@@ -371,6 +371,7 @@ typedef struct corral_daemon_status {
     uint32_t sessions, threads;
     uint64_t allocated_bytes;       /* by the core's threads so far; 0 without jemalloc */
     uint64_t front_allocated_bytes; /* by the front ends' threads so far */
+    uint64_t heap_bytes;            /* held on the heap now; 0 without jemalloc */
 } corral_daemon_status;
 
 typedef struct corral_status_report {

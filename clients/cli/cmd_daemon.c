@@ -368,6 +368,8 @@ static int status_command(const char *cmd, bool daemon_totals, int argc, char **
             json_uint(&j, d->allocated_bytes);
             json_key(&j, "front_allocated_bytes");
             json_uint(&j, d->front_allocated_bytes);
+            json_key(&j, "heap_bytes");
+            json_uint(&j, d->heap_bytes);
             json_end_object(&j);
         } else {
             json_key(&j, "limit_bytes");

@@ -184,46 +184,74 @@ static long long now_ms(void) {
 
 static harness_daemon d;
 
-/* A synthetic model big enough that one token takes about a millisecond or more, so that token
- * steps, not message transport, decide what the preemption test counts. Made once per run with
- * `corral synth` (deterministic), in /tmp. */
-static const char *slow_model_path(void) {
-    static char path[128];
-    if (path[0]) return path;
-    snprintf(path, sizeof path, "/tmp/corral-test-slow-%d.gguf", (int)getpid());
-    /* Called from main(), before Check runs any test: report failures by hand. */
+/* Make a model with `corral synth` (deterministic) at path unless it is there; `shape` is the
+ * synth options. Called from main(), before Check runs any test: failures are reported by hand. */
+static void synth_model(const char *path, const char *shape) {
     const char *cli = getenv("CORRAL_CLI");
     if (!cli || !*cli) {
         fprintf(stderr, "test_scheduler: CORRAL_CLI is not set (run it through ctest)\n");
         exit(EXIT_FAILURE);
     }
     char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "'%s' synth --arch llama --n-embd 1024 --n-layer 4 --n-head 8 --n-head-kv 8 "
-             "--n-ff 2816 --n-vocab 512 --n-ctx 512 --type q8_0 -o '%s' >/dev/null",
-             cli, path);
+    snprintf(cmd, sizeof cmd, "'%s' synth %s -o '%s' >/dev/null", cli, shape, path);
     if (system(cmd) != 0) {
         fprintf(stderr, "test_scheduler: '%s' failed\n", cmd);
         exit(EXIT_FAILURE);
     }
+}
+
+/* A synthetic model big enough that one token takes about a millisecond or more, so that token
+ * steps, not message transport, decide what the preemption test counts; its 4096 positions let a
+ * stream run for thousands of steps (configured as "synth" with 512, "synth-long" with 4096). */
+static const char *slow_model_path(void) {
+    static char path[128];
+    if (path[0]) return path;
+    snprintf(path, sizeof path, "/tmp/corral-test-slow-%d.gguf", (int)getpid());
+    synth_model(path, "--arch llama --n-embd 1024 --n-layer 4 --n-head 8 --n-head-kv 8 "
+                      "--n-ff 2816 --n-vocab 512 --n-ctx 4096 --type q8_0");
     return path;
 }
 
-static void start_daemon(const char *extra) {
+/* A tiny model (under 1 MiB, thousands of tokens a second) with 4096 positions: many long streams
+ * for little compute and memory ("tiny-long"). */
+static const char *tiny_long_model_path(void) {
+    static char path[128];
+    if (path[0]) return path;
+    snprintf(path, sizeof path, "/tmp/corral-test-tiny-long-%d.gguf", (int)getpid());
+    synth_model(path, "--arch llama --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 4 --n-ff 192 "
+                      "--n-vocab 512 --n-ctx 4096 --type f32");
+    return path;
+}
+
+/* A constraint that more text than 4096 positions can hold never satisfies, and that admits no
+ * end-of-generation token before: a stream under it runs until its context or max_tokens ends it
+ * (or it is cancelled). */
+#define ENDLESS "(?:[ -~]{1000}){8}"
+
+/* Start the test daemon with `limits` (YAML flow mapping) and extra model entries. */
+static void start_daemon_with(const char *limits, const char *extra) {
     char body[16384];
     snprintf(body, sizeof body,
-             "limits: {peer_timeout_ms: 1500, stall_timeout_ms: 1500, queue_per_model: 12, "
-             "active_per_model: 8}\n"
+             "limits: %s\n"
              "apps:\n  - name: speaker\n    max_priority: realtime\n"
              "  - name: notes\n    max_priority: interactive\n"
              "models:\n"
              "  - name: stories\n    path: %s\n    context: 512\n"
              "  - name: stories-q4\n    path: %s\n    context: 128\n"
-             "  - name: synth\n    path: %s\n    context: 512\n%s",
-             test_shared_path("models/stories260K.gguf"),
-             test_shared_path("models/stories260K-q4_0.gguf"), slow_model_path(),
-             extra ? extra : "");
+             "  - name: synth\n    path: %s\n    context: 512\n"
+             "  - name: synth-long\n    path: %s\n    context: 4096\n"
+             "  - name: tiny-long\n    path: %s\n    context: 4096\n%s",
+             limits, test_shared_path("models/stories260K.gguf"),
+             test_shared_path("models/stories260K-q4_0.gguf"), slow_model_path(), slow_model_path(),
+             tiny_long_model_path(), extra ? extra : "");
     ck_assert_int_eq(harness_start(&d, body, NULL, 10000), 0);
+}
+
+#define TEST_LIMITS \
+    "{peer_timeout_ms: 1500, stall_timeout_ms: 1500, queue_per_model: 12, active_per_model: 8}"
+
+static void start_daemon(const char *extra) {
+    start_daemon_with(TEST_LIMITS, extra);
 }
 
 static void setup(void) {
@@ -467,65 +495,202 @@ static long long wait_until_idle(int timeout_ms) {
     return -1;
 }
 
+/* How many lines of the daemon's log record the cancellation of request `id` for `why` (the
+ * core's "request cancelled" line: logfmt, id=N ... why=NAME). */
+static int cancellations_logged(uint64_t id, const char *why) {
+    static char log[1 << 20];
+    harness_read_log(&d, log, sizeof log);
+    char want_id[40], want_why[40];
+    snprintf(want_id, sizeof want_id, " id=%llu ", (unsigned long long)id);
+    snprintf(want_why, sizeof want_why, " why=%s ", why);
+    int n = 0;
+    for (char *line = log, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        if (!end) break;
+        *end = '\0';
+        if (strstr(line, "msg=\"request cancelled\"") && strstr(line, want_id) &&
+            strstr(line, want_why))
+            n++;
+    }
+    return n;
+}
+
+/* Wait (polling the log) until request id's cancellation for `why` is logged; the milliseconds
+ * since `since_ms`, or -1 when it is not within timeout_ms. */
+static long long wait_for_cancellation(uint64_t id, const char *why, long long since_ms,
+                                       int timeout_ms) {
+    const long long t0 = now_ms();
+    while (now_ms() - t0 < timeout_ms) {
+        if (cancellations_logged(id, why) > 0) return now_ms() - since_ms;
+        usleep(20000);
+    }
+    return -1;
+}
+
 START_TEST(test_killed_client_is_freed) {
+    /* A stream that runs for thousands of steps of the slow model (seconds even on a fast
+     * machine) unless its client's disappearance ends it. */
     raw r;
     raw_open(&r, d.endpoint);
-    send_generate(&r, 1,
-                  &(gen_opts){.model = "stories",
-                              .max_tokens = 500,
+    send_generate(&r, 41,
+                  &(gen_opts){.model = "synth-long",
+                              .max_tokens = 4000,
                               .stream = true,
                               .has_temperature = true,
-                              .temperature = 1.0f});
-    Corral__V1__Response *resp = raw_recv(&r, 5000);
+                              .temperature = 1.0f,
+                              .constraint = ENDLESS});
+    Corral__V1__Response *resp = raw_recv_live(&r, 60000);
     ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
     corral__v1__response__free_unpacked(resp, NULL);
     raw_close(&r); /* the process "dies": its connection goes */
-    long long took = wait_until_idle(4000);
-    ck_assert_msg(took >= 0, "requests of a vanished client still active after 4 s");
+    ck_assert_msg(wait_for_cancellation(41, "gone", now_ms(), 60000) >= 0,
+                  "the request of a vanished client was not cancelled");
+    ck_assert_msg(wait_until_idle(60000) >= 0, "requests still active after the cancellation");
     ck_assert(daemon_answers_ping(d.endpoint));
 }
 END_TEST
 
 START_TEST(test_client_that_stops_reading_is_cancelled_after_stall_timeout) {
+    /* A client that stays alive (it pings) but never reads: its streams fill the daemon's send
+     * queue and the socket buffers (some 25,000 chunks asked for, fewer than 10,000 fit),
+     * pause, and are cancelled once paused for stall_timeout_ms (1500). Without the stall rule
+     * they would run to the end of their 2,000-odd tokens, and nothing would be cancelled. */
+    enum { N = 12 }; /* queue_per_model */
     raw r;
     raw_open(&r, d.endpoint);
-    /* Keep pinging (alive) but never read: the stream must pause and then be cancelled. */
-    send_generate(&r, 1,
-                  &(gen_opts){.model = "stories-q4",
-                              .max_tokens = 120,
-                              .stream = true,
-                              .has_temperature = true,
-                              .temperature = 1.0f});
-    long long t0 = now_ms();
-    long long took = -1;
-    while (now_ms() - t0 < 6000) {
+    int hwm = 1;
+    zmq_setsockopt(r.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    const long long t0 = now_ms();
+    for (uint64_t id = 1; id <= N; id++)
+        send_generate(&r, 100 + id,
+                      &(gen_opts){.model = "tiny-long",
+                                  .max_tokens = 4000,
+                                  .stream = true,
+                                  .has_temperature = true,
+                                  .temperature = 1.0f,
+                                  .constraint = ENDLESS});
+    int cancelled = 0;
+    long long first_ms = -1;
+    for (long long start = now_ms(); cancelled < N && now_ms() - start < 90000;) {
         Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
-        send_simple(&r, 2, CORRAL__V1__REQUEST__BODY_PING, &ping);
-        if (busy_requests(d.endpoint) == 0) {
-            took = now_ms() - t0;
-            break;
-        }
+        zmq_pollitem_t it = {.socket = r.sock, .events = ZMQ_POLLOUT};
+        if (zmq_poll(&it, 1, 0) == 1) send_simple(&r, 2, CORRAL__V1__REQUEST__BODY_PING, &ping);
+        cancelled = 0;
+        for (uint64_t id = 1; id <= N; id++) cancelled += cancellations_logged(100 + id, "stalled");
+        if (cancelled && first_ms < 0) first_ms = now_ms() - t0;
         usleep(100000);
     }
-    ck_assert_msg(took >= 0, "a stalled stream was not cancelled");
+    ck_assert_msg(cancelled > 0, "no stalled stream was cancelled");
+    /* The rule waited for the timeout: no stream can have been paused before it was sent. */
+    ck_assert_int_ge(first_ms, 1500);
+    /* The ones that paused too were cancelled, and the rest ended: nothing is left running. */
+    ck_assert_msg(wait_until_idle(60000) >= 0, "requests still active after the stall timeout");
     raw_close(&r);
 }
 END_TEST
 
 START_TEST(test_silent_client_requests_are_cancelled) {
     /* A client that sends work and then goes silent without disconnecting (no pings, no reads):
-     * its requests, running and queued, are cancelled after the peer timeout. */
+     * its requests, running and queued, are cancelled after the peer timeout (here 300 ms; each
+     * request would run for thousands of steps of the slow model otherwise), and since its
+     * connection is still there it is told so when it reads again. */
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 10000), 0);
+    start_daemon_with("{peer_timeout_ms: 300, stall_timeout_ms: 60000, active_per_model: 2}", NULL);
     raw r;
     raw_open(&r, d.endpoint);
+    const long long t0 = now_ms();
     for (uint64_t id = 1; id <= 3; id++)
         send_generate(&r, id,
-                      &(gen_opts){.model = "stories",
-                                  .max_tokens = 500,
+                      &(gen_opts){.model = "synth-long",
+                                  .max_tokens = 4000,
                                   .has_temperature = true,
-                                  .temperature = 1.0f});
-    long long took = wait_until_idle(6000);
-    ck_assert_msg(took >= 0, "a silent client's requests were never cancelled");
+                                  .temperature = 1.0f,
+                                  .constraint = ENDLESS});
+    int running = 0, queued = 0;
+    for (uint64_t id = 1; id <= 3; id++) {
+        Corral__V1__Response *resp = raw_final(&r, id, 120000);
+        ck_assert_msg(resp != NULL, "no final message for request %llu", (unsigned long long)id);
+        ck_assert_int_ge(now_ms() - t0, 300);
+        if (resp->body_case == CORRAL__V1__RESPONSE__BODY_DONE) {
+            ck_assert_int_eq(resp->done->stop_reason,
+                             CORRAL__V1__STOP_REASON__STOP_REASON_CANCELLED);
+            ck_assert_uint_lt(resp->done->generated_tokens, 4000);
+            running++;
+        } else {
+            ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+            ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__CANCELLED);
+            ck_assert_ptr_nonnull(strstr(resp->error->message, "peer_timeout_ms"));
+            queued++;
+        }
+        corral__v1__response__free_unpacked(resp, NULL);
+        ck_assert_int_eq(cancellations_logged(id, "silent"), 1);
+    }
+    /* Two ran (active_per_model), one waited for a slot. */
+    ck_assert_int_eq(running, 2);
+    ck_assert_int_eq(queued, 1);
     raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_paused_streams_give_up_their_slots) {
+    /* One app's client opens 16 streams and never reads them; they pause when the send queue
+     * is full. Another app's short request on the same model must not wait for the stall
+     * timeout (60 s here): paused streams give up their active slots. */
+    enum { N = 16 };
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 10000), 0);
+    start_daemon_with("{peer_timeout_ms: 60000, stall_timeout_ms: 60000, queue_per_model: 32, "
+                      "queue_per_app: 32, active_per_model: 4}",
+                      NULL);
+    raw hostile, other;
+    raw_open(&hostile, d.endpoint);
+    int hwm = 1;
+    zmq_setsockopt(hostile.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    for (uint64_t id = 1; id <= N; id++)
+        send_generate(&hostile, 200 + id,
+                      &(gen_opts){.model = "tiny-long",
+                                  .max_tokens = 4000,
+                                  .stream = true,
+                                  .has_temperature = true,
+                                  .temperature = 1.0f,
+                                  .constraint = ENDLESS});
+    /* Wait until the model stops being stepped: every stream that got a slot is paused. */
+    uint64_t steps = 0;
+    for (int quiet = 0, waited = 0; quiet < 5 && waited < 600; waited++) {
+        raw s;
+        raw_open(&s, d.endpoint);
+        Corral__V1__Status st = CORRAL__V1__STATUS__INIT;
+        send_simple(&s, 77, CORRAL__V1__REQUEST__BODY_STATUS, &st);
+        Corral__V1__Response *resp = raw_final(&s, 77, 10000);
+        ck_assert_ptr_nonnull(resp);
+        uint64_t now_steps = 0;
+        for (size_t i = 0; i < resp->status->n_models; i++)
+            if (strcmp(resp->status->models[i]->name, "tiny-long") == 0)
+                now_steps = resp->status->models[i]->steps;
+        corral__v1__response__free_unpacked(resp, NULL);
+        raw_close(&s);
+        quiet = now_steps == steps ? quiet + 1 : 0;
+        steps = now_steps;
+        usleep(200000);
+    }
+    ck_assert_uint_gt(steps, 0);
+    raw_open(&other, d.endpoint);
+    send_generate(&other, 1,
+                  &(gen_opts){.model = "tiny-long",
+                              .max_tokens = 8,
+                              .has_max_tokens = true,
+                              .app = "notes",
+                              .has_temperature = true});
+    Corral__V1__Response *resp = raw_final(&other, 1, 30000);
+    ck_assert_msg(resp != NULL, "the other app's request waited behind paused streams");
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
+    ck_assert_uint_eq(resp->done->generated_tokens, 8);
+    corral__v1__response__free_unpacked(resp, NULL);
+    /* The paused streams were still there: none was cancelled meanwhile. */
+    for (uint64_t id = 1; id <= N; id++)
+        ck_assert_int_eq(cancellations_logged(200 + id, "stalled"), 0);
+    raw_close(&other);
+    raw_close(&hostile);
 }
 END_TEST
 
@@ -910,29 +1075,85 @@ START_TEST(test_sighup_with_an_empty_file_keeps_the_running_configuration) {
 }
 END_TEST
 
+/* The daemon's heap now (Status.daemon.heap_bytes; 0 when jemalloc is not the allocator), asked
+ * over r (one connection for every measurement: a new one costs the daemon's ZeroMQ memory). */
+static uint64_t heap_bytes(raw *r) {
+    Corral__V1__Status st = CORRAL__V1__STATUS__INIT;
+    send_simple(r, 78, CORRAL__V1__REQUEST__BODY_STATUS, &st);
+    Corral__V1__Response *resp = raw_final(r, 78, 10000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_STATUS);
+    const uint64_t n = resp->status->daemon->heap_bytes;
+    corral__v1__response__free_unpacked(resp, NULL);
+    return n;
+}
+
+/* Reload the configuration `times` times, each after the one before it was logged. */
+static void reload_times(int times) {
+    static char log[1 << 20];
+    for (int i = 0; i < times; i++) {
+        harness_read_log(&d, log, sizeof log);
+        int before = 0;
+        for (const char *p = log; (p = strstr(p, "configuration reloaded")); p++) before++;
+        kill(d.pid, SIGHUP);
+        for (int after = before, waited = 0; after == before; waited++) {
+            ck_assert_msg(waited < 30000, "reload %d was not logged", i);
+            usleep(1000);
+            harness_read_log(&d, log, sizeof log);
+            after = 0;
+            for (const char *p = log; (p = strstr(p, "configuration reloaded")); p++) after++;
+        }
+    }
+}
+
+START_TEST(test_reloads_free_the_configurations_they_replace) {
+    /* Each reload builds a configuration and retires the one it replaces once no request uses
+     * it; before, every old one was kept until exit (2.1 kB a reload). */
+    enum { WARM = 20, RELOADS = 300 };
+    raw r;
+    raw_open(&r, d.endpoint);
+    if (heap_bytes(&r) == 0) { /* not jemalloc (the sanitizer build): nothing to measure */
+        raw_close(&r);
+        return;
+    }
+    reload_times(WARM);
+    const uint64_t before = heap_bytes(&r);
+    reload_times(RELOADS);
+    const uint64_t after = heap_bytes(&r);
+    raw_close(&r);
+    /* Measured: +160 bytes over 300 reloads; the old leak was 560 kB. A leak of 55 bytes a
+     * reload fails. */
+    ck_assert_msg(after < before + 16 * 1024,
+                  "the heap grew from %llu to %llu bytes over %d reloads",
+                  (unsigned long long)before, (unsigned long long)after, RELOADS);
+    ck_assert(daemon_answers_ping(d.endpoint));
+}
+END_TEST
+
 START_TEST(test_sigterm_with_requests_in_flight) {
+    /* A stream of thousands of slow-model steps: shutdown must end it (UNAVAILABLE), not wait
+     * for it (a Done). */
     raw r;
     raw_open(&r, d.endpoint);
     send_generate(&r, 1,
-                  &(gen_opts){.model = "stories",
-                              .max_tokens = 500,
+                  &(gen_opts){.model = "synth-long",
+                              .max_tokens = 4000,
                               .stream = true,
                               .has_temperature = true,
-                              .temperature = 1.0f});
-    Corral__V1__Response *resp = raw_recv(&r, 5000);
+                              .temperature = 1.0f,
+                              .constraint = ENDLESS});
+    Corral__V1__Response *resp = raw_recv_live(&r, 60000);
     ck_assert_ptr_nonnull(resp);
     corral__v1__response__free_unpacked(resp, NULL);
-    long long t0 = now_ms();
     kill(d.pid, SIGTERM);
-    resp = raw_final(&r, 1, 3000);
+    resp = raw_final(&r, 1, 60000);
     ck_assert_ptr_nonnull(resp);
     ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
     ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__UNAVAILABLE);
     corral__v1__response__free_unpacked(resp, NULL);
     raw_close(&r);
-    ck_assert_int_eq(harness_stop(&d, 0, 3000), 0); /* signal 0: just wait */
-    ck_assert_int_lt(now_ms() - t0, 2000);
-    start_daemon(NULL); /* for the teardown */
+    ck_assert_int_eq(harness_stop(&d, 0, 60000), 0); /* signal 0: just wait */
+    start_daemon(NULL);                              /* for the teardown */
 }
 END_TEST
 
@@ -947,6 +1168,7 @@ static Suite *scheduler_suite(void) {
     tcase_add_test(core, test_sessions_keep_separate_histories);
     tcase_add_test(core, test_sighup_adds_a_model);
     tcase_add_test(core, test_sighup_with_an_empty_file_keeps_the_running_configuration);
+    tcase_add_test(core, test_reloads_free_the_configurations_they_replace);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_checked_fixture(limits, setup, teardown);
@@ -954,6 +1176,7 @@ static Suite *scheduler_suite(void) {
     tcase_add_test(limits, test_killed_client_is_freed);
     tcase_add_test(limits, test_client_that_stops_reading_is_cancelled_after_stall_timeout);
     tcase_add_test(limits, test_silent_client_requests_are_cancelled);
+    tcase_add_test(limits, test_paused_streams_give_up_their_slots);
     tcase_add_test(limits, test_deadline_exceeded);
     tcase_add_test(limits, test_queue_limit);
     tcase_add_test(limits, test_sigterm_with_requests_in_flight);
@@ -980,10 +1203,12 @@ static Suite *scheduler_suite(void) {
 int main(void) {
     /* Check forks a child per test: make the model once, here, so every child reuses it. */
     slow_model_path();
+    tiny_long_model_path();
     SRunner *sr = srunner_create(scheduler_suite());
     srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     unlink(slow_model_path());
+    unlink(tiny_long_model_path());
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
