@@ -706,8 +706,49 @@ static void llama_streams_once(const bench *b, const llama_proc *lp, int n, conc
     stream_run_fill(run, sent, done, tokens, NULL, n, b->o.n_tokens);
 }
 
-/* For each N: corral and llama-server runs in turn (corral, llama-server, corral, ...). */
+/* `corral bench MODEL -t T -p 512 -n 16 -r R --json` on the streams' model with the daemon's
+ * cache (its rearranged weights), the daemon idle meanwhile: the pp512 tok/s median it reports.
+ * The CLI is beside corrald in the build tree ($CORRAL, else build/clients/cli/corral). */
+static double prefill_ceiling(const bench *b) {
+    char cli[PATH_MAX];
+    const char *env = getenv("CORRAL");
+    if (env && *env) {
+        snprintf(cli, sizeof cli, "%s", env);
+    } else {
+        snprintf(cli, sizeof cli, "%s", b->f.corrald);
+        char *slash = strrchr(cli, '/');
+        if (slash) *slash = '\0';
+        char rel[PATH_MAX];
+        path_join(rel, sizeof rel, cli, "../clients/cli/corral");
+        if (!realpath(rel, cli)) fail("corral not found at %s (or set CORRAL=PATH)", rel);
+    }
+    char threads[16], reps[16], out_path[PATH_MAX];
+    snprintf(threads, sizeof threads, "%d", b->o.threads);
+    snprintf(reps, sizeof reps, "%d", b->o.reps);
+    path_join(out_path, sizeof out_path, b->run_dir, "pp512.json");
+    unlink(out_path);
+    const char *argv[] = {cli,         "bench",       b->f.base,     "-t", threads, "-p",
+                          "512",       "-n",          "16",          "-r", reps,    "--json",
+                          "--no-cold", "--cache-dir", b->main_cache, NULL};
+    const pid_t pid = spawn_child(argv, out_path);
+    if (pid < 0) fail("cannot run %s: %s", cli, strerror(errno));
+    while (!spawn_exited(pid)) usleep(20000);
+    FILE *fp = fopen(out_path, "r");
+    if (!fp) fail("%s: %s", out_path, strerror(errno));
+    static char text[1 << 16];
+    const size_t len = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[len] = '\0';
+    const char *key = strstr(text, "\"pp_tok_s\": ");
+    if (!key) fail("corral bench gave no pp_tok_s (%s):\n%s", out_path, text);
+    return strtod(key + strlen("\"pp_tok_s\": "), NULL);
+}
+
+/* For each N: corral and llama-server runs in turn (corral, llama-server, corral, ...), between
+ * two measurements of the engine's prefill rate. */
 static void phase_streams(bench *b, const daemon_proc *d, corral_client *ctl) {
+    g_results.pp512[0] = prefill_ceiling(b);
+    fprintf(stderr, "concurrency: corral bench pp512 %.1f tok/s\n", g_results.pp512[0]);
     for (int k = 0; k < b->o.n_ns; k++) {
         const int n = b->o.ns[k];
         conc_streams *sr = &g_results.streams[k];
@@ -727,6 +768,8 @@ static void phase_streams(bench *b, const daemon_proc *d, corral_client *ctl) {
         }
         if (b->o.llama) llama_stop(&lp);
     }
+    g_results.pp512[1] = prefill_ceiling(b);
+    fprintf(stderr, "concurrency: corral bench pp512 %.1f tok/s\n", g_results.pp512[1]);
 }
 
 /* ---- time to first token of a realtime request -------------------------------------------------

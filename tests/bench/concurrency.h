@@ -118,6 +118,10 @@ typedef struct conc_burst_run {
 } conc_burst_run;
 
 typedef struct conc_results {
+    /* The engine's own prefill rate on the streams' model (`corral bench -p 512`, same threads),
+     * before and after the streams phase: the ceiling a batched decode step cannot beat (a step
+     * of B streams is a B-token product, as a prefill chunk is). 0 when not measured. */
+    double pp512[2];
     conc_streams streams[CONC_MAX_NS]; /* in the order of opts.ns */
     conc_ttft_run ttft[CONC_CASE_COUNT][CONC_MAX_REPS];
     int ttft_runs[CONC_CASE_COUNT];

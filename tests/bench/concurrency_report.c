@@ -90,13 +90,15 @@ static void print_streams(FILE *out, const conc_opts *o, const conc_results *res
             "Streams: N clients at once, each greedy -n %u tokens from a prompt of its own "
             "(TinyLlama Q4_0)\n",
             o->n_tokens);
-    fprintf(out, "| N | corral tok/s (aggregate) | per stream tok/s, min / median / max | TTFT ms "
-                 "(median stream) |");
+    const double pp = (res->pp512[0] + res->pp512[1]) / 2;
+    fprintf(out,
+            "| N | corral tok/s (aggregate) | of pp512 | per stream tok/s, min / median / max | "
+            "TTFT ms (median stream) |");
     if (llama)
         fprintf(out,
                 " llama-server tok/s (aggregate) | llama-server per stream, min / median / max "
                 "| corral / llama-server |");
-    fprintf(out, "\n|---|---|---|---|%s\n", llama ? "---|---|---|" : "");
+    fprintf(out, "\n|---|---|---|---|---|%s\n", llama ? "---|---|---|" : "");
     int short_streams = 0;
     for (int k = 0; k < o->n_ns; k++) {
         const conc_streams *sr = &res->streams[k];
@@ -106,6 +108,10 @@ static void print_streams(FILE *out, const conc_opts *o, const conc_results *res
         SERIES(v, sr->corral, sr->runs, agg);
         fprintf(out, "| %d | %s |", sr->n,
                 fmt_spread(s1, sizeof s1, conc_spread_of(v, sr->runs), 1));
+        if (pp > 0)
+            fprintf(out, " %.0f %% |", 100 * conc_spread_of(v, sr->runs).med / pp);
+        else
+            fprintf(out, " – |");
         SERIES(v, sr->corral, sr->runs, per_min);
         SERIES(w, sr->corral, sr->runs, per_med);
         SERIES(x, sr->corral, sr->runs, per_max);
@@ -131,7 +137,9 @@ static void print_streams(FILE *out, const conc_opts *o, const conc_results *res
         out,
         "aggregate = all streams' tokens / (first send to last Done); per stream = its tokens / "
         "(its send to its Done); per-stream columns are medians over the runs of each run's "
-        "min, median and max");
+        "min, median and max; of pp512 = the median aggregate against the mean of `corral bench "
+        "-p 512` on the same model and threads before (%.1f tok/s) and after (%.1f) the streams",
+        res->pp512[0], res->pp512[1]);
     if (llama)
         fprintf(out, "; corral / llama-server = the ratio of aggregates within each pair of runs "
                      "(corral then llama-server, one llama-server per N with -np N)");
@@ -282,8 +290,10 @@ void conc_report_json(FILE *out, const conc_opts *o, const conc_facts *f, const 
     }
     fprintf(out,
             ",\n  \"tokens\": %u, \"runs\": %d, \"stream_prompt_tokens_min\": %u, "
-            "\"stream_prompt_tokens_max\": %u, \"realtime_prompt_tokens\": %u,\n  \"streams\": [",
-            o->n_tokens, o->reps, f->stream_prompt_min, f->stream_prompt_max, f->realtime_prompt);
+            "\"stream_prompt_tokens_max\": %u, \"realtime_prompt_tokens\": %u,\n  "
+            "\"pp512_tok_s_before\": %.3f, \"pp512_tok_s_after\": %.3f,\n  \"streams\": [",
+            o->n_tokens, o->reps, f->stream_prompt_min, f->stream_prompt_max, f->realtime_prompt,
+            res->pp512[0], res->pp512[1]);
     double v[CONC_MAX_REPS];
     bool first = true;
     for (int k = 0; k < o->n_ns; k++) {
