@@ -262,7 +262,8 @@ static const cfg_option root_options[] = {
      .max = 256ll << 20,
      .default_value = "1MiB",
      NO_HAS,
-     .doc = "largest request message accepted (ZMQ_MAXMSGSIZE); larger ones drop the connection"},
+     .doc = "largest request message accepted; a larger one gets an Error, and one over 4 times "
+            "this (at most 64 MiB more) makes the transport drop the connection"},
     {.path = "limits.queue_per_model",
      .type = CFG_TYPE_INT,
      .offset = offsetof(cfg, queue_per_model),

@@ -40,6 +40,23 @@
 
 enum { FRONT_MAX_ENDPOINTS = 64, FRONT_SNDHWM = 256, SHUTDOWN_GRACE_MS = 1500, PEER_ID_MAX = 256 };
 
+/* The transport cap (ZMQ_MAXMSGSIZE): this many times limits.max_message_bytes, but at most the
+ * limit plus FRONT_TRANSPORT_SLACK_MAX. */
+#define FRONT_TRANSPORT_FACTOR    4
+#define FRONT_TRANSPORT_SLACK_MAX ((uint64_t)64 << 20)
+
+/* The id of a serialized Request without decoding the rest: its first field when that is field 1
+ * (protobuf writers put fields in number order), else 0. */
+static uint64_t leading_request_id(const uint8_t *data, size_t len) {
+    if (len < 2 || data[0] != 0x08) return 0; /* field 1, varint */
+    uint64_t id = 0;
+    for (size_t i = 1; i < len && i <= 10; i++) {
+        id |= (uint64_t)(data[i] & 0x7f) << (7 * (i - 1));
+        if (!(data[i] & 0x80)) return id;
+    }
+    return 0;
+}
+
 /* One request in flight: the front end's side of a job. */
 typedef struct zreq {
     job *j;
@@ -144,7 +161,14 @@ front_zmq *front_zmq_new(const cfg *c, corral_error *err) {
         corral_error_set(err, CORRAL_INTERNAL, "zmq_socket: %s", zmq_strerror(zmq_errno()));
         goto fail;
     }
-    int64_t max_msg = (int64_t)c->max_message_bytes;
+    /* A message over limits.max_message_bytes is read and refused with an Error for its request
+     * (handle_request); ZeroMQ drops the connection only above the transport cap, which bounds
+     * the memory one message can take while it arrives. Dropping at the limit itself lost every
+     * other request of that connection without a word. */
+    const uint64_t cap = c->max_message_bytes * FRONT_TRANSPORT_FACTOR;
+    int64_t max_msg = (int64_t)(cap < c->max_message_bytes + FRONT_TRANSPORT_SLACK_MAX
+                                    ? cap
+                                    : c->max_message_bytes + FRONT_TRANSPORT_SLACK_MAX);
     int one = 1, linger = 0, hwm = FRONT_SNDHWM, heartbeat = 5000;
     /* IPv4 and IPv6 endpoints (tcp://[::1]:PORT) on one socket. */
     zmq_setsockopt(f->router, ZMQ_IPV6, &one, sizeof one);
@@ -431,6 +455,17 @@ static void check_liveness(front_zmq *f) {
 
 static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len,
                            const uint8_t *data, size_t len) {
+    if (len > f->config->max_message_bytes) {
+        peer_touch(f, peer_id, peer_len);
+        char message[160];
+        snprintf(message, sizeof message,
+                 "the message has %zu bytes: more than limits.max_message_bytes (%llu)", len,
+                 (unsigned long long)f->config->max_message_bytes);
+        log_info("request refused: message too large", LOG_UINT("bytes", len));
+        send_error(f, peer_id, peer_len, leading_request_id(data, len), CORRAL_INVALID_ARGUMENT,
+                   message);
+        return;
+    }
     Corral__V1__Request *req = corral__v1__request__unpack(NULL, len, data);
     if (!req) {
         log_debug("undecodable request", LOG_UINT("bytes", len));

@@ -968,12 +968,30 @@ START_TEST(test_truncated_protobuf) {
 END_TEST
 
 START_TEST(test_message_over_max_size) {
-    /* Bigger than limits.max_message_bytes (1 MiB): ZeroMQ drops the connection; the daemon
-     * carries on serving everyone else. */
-    size_t len = (1u << 20) + 4096;
-    uint8_t *big = calloc(1, len);
+    /* Over limits.max_message_bytes (1 MiB): refused with an Error for that request, and the
+     * connection goes on (dropping it lost every other request of the client without a word). */
+    const size_t prompt_len = (1u << 20) + 4096;
+    char *prompt = malloc(prompt_len + 1);
+    memset(prompt, 'a', prompt_len);
+    prompt[prompt_len] = '\0';
     raw r;
     raw_open(&r, d.endpoint);
+    send_generate(&r, 5, &(gen_opts){.model = "stories", .prompt = prompt, .max_tokens = 1});
+    free(prompt);
+    Corral__V1__Response *resp = raw_final(&r, 5, 10000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(resp->error->message, "limits.max_message_bytes"));
+    corral__v1__response__free_unpacked(resp, NULL);
+    uint32_t pt, pf;
+    free(generate_text(&r, 6,
+                       &(gen_opts){.model = "stories", .max_tokens = 2, .has_temperature = true},
+                       &pt, &pf));
+    /* Over the transport cap (4 MiB here): ZeroMQ drops the connection before the message is
+     * whole; the daemon carries on serving everyone else. */
+    const size_t len = (4u << 20) + 4096;
+    uint8_t *big = calloc(1, len);
     zmq_send(r.sock, big, len, 0);
     free(big);
     ck_assert_ptr_null(raw_recv(&r, 500));
