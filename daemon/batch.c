@@ -121,7 +121,10 @@ void batch_finish_start(struct core *k, sjob *sj) {
         sj->n_prefilled = common;
     }
     corral_error err;
-    const unsigned scope = mem_scope_enter(sm->owner);
+    /* The generation's state (sampler, penalties, stop matcher) is the request's, like its
+     * prompt and constraint (prepare.c): outside the model's arena, whose bytes the memory
+     * budget plans (the KV cache above is planned there). */
+    const unsigned scope = mem_scope_default();
     sj->g = gen_new(sm->m, sm->runner, sj->kv, &sj->params, &err);
     mem_scope_leave(scope);
     if (!sj->g) {
@@ -212,8 +215,11 @@ void batch_step(struct core *k, sched_model *sm) {
     k->steps++;
     sm->steps++;
     sm->step_sequences += n_items;
-    /* One forward pass for all of them. */
-    const unsigned scope = mem_scope_enter(sm->owner);
+    /* One forward pass for all of them. The pass allocates nothing of the model's (its scratch
+     * was sized at load); what a step may allocate is the requests' own (an output constraint
+     * computes a DFA state's allowed tokens on first use), so it goes to the default arena: in
+     * the model's it grew the model's bytes past what the memory budget had planned. */
+    const unsigned scope = mem_scope_default();
     corral_error err;
     gen_step_batch(sm->items, n_items, &err);
     const int64_t us = sched__mono_us() - now;

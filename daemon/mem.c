@@ -191,6 +191,12 @@ static uint64_t arena_allocated(unsigned arena) {
     return total;
 }
 
+uint64_t mem_allocation_size(uint64_t size) {
+    if (size == 0 || !mem_allocator_is_jemalloc()) return size;
+    const size_t real = nallocx((size_t)size, 0);
+    return real ? real : size;
+}
+
 uint64_t mem_heap_live_bytes(void) {
     if (!mem_allocator_is_jemalloc()) return 0;
     uint64_t epoch = 1;

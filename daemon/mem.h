@@ -54,6 +54,11 @@ void mem_thread_exit(void);
  * allocations is the difference before and after it. Thread-safe. */
 uint64_t mem_allocated_bytes(mem_thread_kind kind);
 
+/* What an allocation of `size` bytes really takes: jemalloc rounds a request up to its size class
+ * (up to a quarter more for large ones: 847,872 bytes take 917,504). For plans that must match
+ * the accounting to the byte. `size` itself when jemalloc is not the allocator. Thread-safe. */
+uint64_t mem_allocation_size(uint64_t size);
+
 /* Bytes the process holds on the heap now, over every arena and thread (jemalloc's
  * stats.allocated, refreshed by this call); 0 when jemalloc is not the allocator. What stays
  * allocated after work that should free everything it took (a reload, a request) is the

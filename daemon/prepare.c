@@ -163,7 +163,11 @@ static corral_status prepare_generate(sjob *sj, corral_error *err) {
     corral_status st;
     if ((st = build_params(sj, err)) != CORRAL_OK) return st;
     if ((st = find_profile(sj, err)) != CORRAL_OK) return st;
-    const unsigned scope = mem_scope_enter(sm->owner);
+    /* The request's own state (its prompt, its output buffer, its compiled constraint) is the
+     * request's, not the model's: in the model's arena it counted against memory.limit outside
+     * the budget's plans (a compile may take up to 32 MiB for a job that then waits in the queue),
+     * and the models' total went over the limit. */
+    const unsigned scope = mem_scope_default();
     size_t n_prompt = 0;
     st = tokenize_input(sj, &sj->prompt, &n_prompt, err);
     if (st == CORRAL_OK && n_prompt == 0)

@@ -92,6 +92,7 @@ typedef struct sched_model {
     struct load_task *loading; /* the load in flight (state LOADING) */
     uint64_t reserved;         /* bytes reserved for that load until it is done, */
     uint64_t reserved_base;    /* beyond what the model held when it began */
+    uint64_t restore_heap;     /* the most heap a swap-in of it took beyond what it kept */
     bool unload_requested;     /* Unload asked: the model goes as soon as it is idle */
     bool stale;                /* what it kept (swapped out) cannot serve: dropped before a load */
     bool was_swapped;          /* evicted, not unloaded: its next load counts as a swap-in */
