@@ -376,6 +376,10 @@ void model__packed_destroy(struct model_packed **p) {
     *p = NULL;
 }
 
+const gguf_file *model__packed_gguf(const struct model *m) {
+    return m->packed && m->packed->img ? image_gguf(m->packed->img) : NULL;
+}
+
 const char *model_repack_path(const model *m) {
     return m->packed ? m->packed->path : NULL;
 }
