@@ -75,9 +75,13 @@ actor *actor_new(const char *name, void (*done)(actor_task *t, void *ctx), void 
     pthread_cond_init(&a->cv, NULL);
     a->done = done;
     a->ctx = ctx;
-    /* Signals belong to the daemon's signalfd: block them all in the actor. */
+    /* Signals belong to the daemon's signalfd: block them all in the actor, but those of faults
+     * (a task that reads a mapped file catches its SIGBUS: fault.h; the kernel ends a process
+     * whose thread faults with the signal blocked). */
     sigset_t all, old;
     sigfillset(&all);
+    static const int faults[] = {SIGBUS, SIGSEGV, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&all, faults[i]);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     const int rc = pthread_create(&a->thread, NULL, actor_main, a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -166,6 +166,23 @@ static bool pread_all(int fd, void *buf, size_t n, off_t offset) {
     return true;
 }
 
+/* Whether the first bytes of a file are those of a corral image: a GGUF header whose metadata
+ * holds IMAGE_KEY_VERSION with its length prefix (the image writer sets it first, so it is within
+ * the first kilobytes of any image). A model whose own metadata holds that string reads as an
+ * image: its fingerprint then leaves the change time out, as it did before change times counted. */
+static bool looks_like_image(const uint8_t *head, size_t n) {
+    static const char key[] = IMAGE_KEY_VERSION;
+    const size_t klen = sizeof key - 1;
+    if (n < 4 || memcmp(head, "GGUF", 4) != 0) return false;
+    for (size_t i = 8; i + klen <= n; i++) {
+        if (head[i - 8] != klen || memcmp(head + i, key, klen) != 0) continue;
+        bool prefix = true; /* the uint64 length, little-endian: klen, then seven zero bytes */
+        for (size_t b = 1; b < 8; b++) prefix = prefix && head[i - 8 + b] == 0;
+        if (prefix) return true;
+    }
+    return false;
+}
+
 corral_status image_fingerprint_add_file(image_fingerprint *fp, const char *path,
                                          corral_error *err) {
     if (!fp || !path) {
@@ -199,6 +216,7 @@ corral_status image_fingerprint_add_file(image_fingerprint *fp, const char *path
     }
     bool ok = pread_all(fd, buf, head_n, 0);
     uint64_t head_hash = ok ? image_hash64(buf, head_n, 0) : 0;
+    const bool is_image = ok && looks_like_image(buf, head_n);
     ok = ok && pread_all(fd, buf, tail_n, (off_t)(size - tail_n));
     uint64_t tail_hash = ok ? image_hash64(buf, tail_n, 0) : 0;
     int e = errno;
@@ -215,6 +233,12 @@ corral_status image_fingerprint_add_file(image_fingerprint *fp, const char *path
     image_fingerprint_add_u64(&f, (uint64_t)st.st_ino);
     image_fingerprint_add_u64(&f, head_hash);
     image_fingerprint_add_u64(&f, tail_hash);
+    /* The change time too, but for corral's own images, which image_touch touches on every use
+     * (a merged model is the input of its repacked weights' image): see image.h. */
+    if (!is_image) {
+        image_fingerprint_add_u64(&f, (uint64_t)st.st_ctim.tv_sec * 1000000000ull +
+                                          (uint64_t)st.st_ctim.tv_nsec);
+    }
     *fp = f;
     return CORRAL_OK;
 }

@@ -283,6 +283,14 @@ model *model_load(const char *path, const model_params *params, corral_error *er
     /* Before the mapping: a file replaced in between then reads as changed at a restore. When
      * stat fails the stamp stays zero (never matching) and gguf_open names the problem. */
     (void)image_file_stamp_read(path, &m->file_id, NULL);
+    image_fingerprint fp;
+    image_fingerprint_init(&fp, "corral-model-file-1");
+    corral_error fperr;
+    if (image_fingerprint_add_file(&fp, path, &fperr) == CORRAL_OK)
+        image_fingerprint_hex(&fp, m->file_fingerprint);
+    else if (fperr.status != CORRAL_NOT_FOUND) /* (gguf_open reports a missing file) */
+        log_warn("cannot fingerprint the model file: no image of it is cached",
+                 LOG_STR("error", fperr.message));
     /* Reads of the mapping that fail (a file truncated under us) become errors (fault.h). */
     if (fault_init(err) != CORRAL_OK) goto fail;
     m->file = gguf_open(path, err);
@@ -342,6 +350,10 @@ void model_weights_release(model *m) {
     gguf_release_pages(m->file);
     m->released = 1;
     log_debug("model weights released", LOG_STR("path", gguf_path(m->file)));
+}
+
+const char *model_file_fingerprint(const model *m) {
+    return m->file_fingerprint;
 }
 
 image_file_change model_file_check(const model *m, corral_error *err) {

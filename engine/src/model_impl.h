@@ -49,6 +49,9 @@ struct model {
     /* The file's stamp at load (image.h): a restore, and model_file_check, compare the file
      * with it. */
     image_file_stamp file_id;
+    /* image_fingerprint_add_file of the file at load, in the domain "corral-model-file-1" (16 hex
+     * digits), or "" when the file could not be read for it. */
+    char file_fingerprint[IMAGE_FINGERPRINT_CHARS + 1];
     /* The weights failed under a reader (SIGBUS: a mapped file truncated or unreadable): set once,
      * by the thread that caught it, after fault_message (model_note_fault). The one part of a
      * loaded model that changes: it is read and written through const pointers. */

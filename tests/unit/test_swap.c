@@ -38,7 +38,7 @@ static swap_session_key key_for(const char *session, uint32_t context) {
     return (swap_session_key){.app = "app",
                               .session = session,
                               .model_name = "stories",
-                              .model_path = test_shared_path("models/stories260K.gguf"),
+                              .model_fingerprint = model_file_fingerprint(m),
                               .context = context,
                               .kv_f32 = 0};
 }

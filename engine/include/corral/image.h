@@ -36,13 +36,14 @@
  * Fingerprints. image_fingerprint hashes a sequence of typed items (each length-prefixed and
  * tagged, so "ab"+"c" and "a"+"bc" differ). For a file the item is its identity, not its whole
  * contents (hashing a 4 GB base model on every load would cost seconds): the absolute path
- * (realpath), the size, the modification time in nanoseconds, the inode number, and XXH64 of its
- * first and last 64 KiB. Rewriting, replacing (even by a file of the same size, the same edges
- * and a modification time set back: another inode), truncating or touching an input therefore
- * changes the fingerprint; parameters (adapter scales, ...) are added as items of their own. What
- * it cannot see is a rewrite in place of the middle of a file whose size, edges and modification
- * time are all put back as they were (the change time would tell, but image_touch itself changes
- * it); a running corrald notices that one by the file's stamp (below) and remakes the images.
+ * (realpath), the size, the modification and change times in nanoseconds, the inode number, and
+ * XXH64 of its first and last 64 KiB. Rewriting, replacing (even by a file of the same size and
+ * edges with its modification time set back: another inode, a new change time), truncating or
+ * touching an input therefore changes the fingerprint; parameters (adapter scales, ...) are
+ * added as items of their own. The change time cannot be set back by a user; it also moves when a
+ * file is renamed or its mode changes, which costs one remake of the images made from it. It is
+ * left out for corral's own images (the file starts with an image header): image_touch marks
+ * them used on every use, and a merged model is the input of another image.
  *
  * File stamps. image_file_stamp is what stat(2) says about a file (device, inode, size,
  * modification and change times): taken when a file is mapped, and compared with the file as it

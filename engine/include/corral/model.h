@@ -127,6 +127,13 @@ int model_weights_resident(const model *m);
  * other than the file's: load it again. Thread-safe. */
 image_file_change model_file_check(const model *m, corral_error *err);
 
+/* A fingerprint of the model file as it was when loaded (image.h: path, size, modification time,
+ * inode, first and last 64 KiB), 16 hex digits; "" when the file could not be read for it (no
+ * image of the rearranged weights is then cached). What images made from the model's output
+ * (saved KV caches) tie themselves to: another file at the path, or this one changed, loads as a
+ * model with another fingerprint. Borrowed: valid until model_destroy. */
+const char *model_file_fingerprint(const model *m);
+
 /* Faults. The weights are read in place from mapped files; when one is truncated or cannot be
  * read, the read raises SIGBUS. model_forward and model_forward_batch catch it (fault.h) and
  * fail with CORRAL_IO naming the file, the byte and the file's size then and now; the model is
