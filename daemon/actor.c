@@ -37,6 +37,10 @@ void actor_task_init(actor_task *t, void (*run)(actor_task *t), int priority) {
 
 static void *actor_main(void *arg) {
     actor *a = arg;
+    /* "corral-loader", ...: for debuggers, and for tests that fault one thread (tests/faultinj). */
+    char name[16];
+    snprintf(name, sizeof name, "corral-%.8s", a->name);
+    pthread_setname_np(pthread_self(), name);
     /* Actors allocate for models' owners too (mem.h): no thread cache. */
     mem_thread_init(MEM_THREAD_CORE);
     pthread_mutex_lock(&a->mu);
