@@ -30,6 +30,7 @@
 #include <zmq.h>
 
 #include "corral.pb-c.h"
+#include "corral/gguf.h"
 #include "daemon_harness.h"
 #include "testutil.h"
 
@@ -515,10 +516,11 @@ START_TEST(test_model_overwritten_in_place_serves_the_new_weights) {
 }
 END_TEST
 
-/* Rewritten in place with its size, edges and times put back: only the middle changed, so only
- * the change time tells. The daemon must not serve the old weights through the image of
- * repacked weights it made from the old file: the output is that of a fresh copy of the new
- * bytes, and differs from the old output. */
+/* Rewritten in place with its size, edges and times put back: only the middle of one matrix
+ * changed (blk.2.ffn_up.weight, which the kernels read from the image of repacked weights), so
+ * only the change time tells. The daemon must not serve the old weights through the image it
+ * made from the old file: the output is that of a fresh copy of the new bytes, and differs from
+ * the old output. */
 START_TEST(test_model_rewritten_with_size_and_times_put_back) {
     const char *path = in_work("m.gguf");
     /* Quantized, so that its matrices are served from an image of repacked weights. */
@@ -534,9 +536,18 @@ START_TEST(test_model_rewritten_with_size_and_times_put_back) {
     FILE *fp = fopen(path, "rb");
     ck_assert_uint_eq(fread(bytes, 1, (size_t)size, fp), (size_t)size);
     fclose(fp);
-    /* Zero the middle third (Q8_0 blocks of zeros, F32 zeros: valid numbers); the 64 KiB edges
-     * are untouched. */
-    memset(bytes + size / 3, 0, (size_t)(size / 3));
+    /* Zero the middle half of the matrix (Q8_0 blocks of zeros: valid numbers), far from the
+     * file's 64 KiB edges. */
+    corral_error err;
+    gguf_file *g = gguf_open(path, &err);
+    ck_assert_msg(g != NULL, "%s", err.message);
+    const gguf_tensor *t = gguf_find_tensor(g, "blk.2.ffn_up.weight");
+    ck_assert_ptr_nonnull(t);
+    const long at = (long)((const char *)t->data - (const char *)gguf_file_data(g));
+    const long span = (long)t->size / 2;
+    gguf_destroy(&g);
+    ck_assert(at > 65536 && at + span < size - 65536);
+    memset(bytes + at + span / 2, 0, (size_t)span);
     fp = fopen(in_work("copy.gguf"), "wb");
     ck_assert_uint_eq(fwrite(bytes, 1, (size_t)size, fp), (size_t)size);
     fclose(fp);
@@ -551,8 +562,8 @@ START_TEST(test_model_rewritten_with_size_and_times_put_back) {
     const struct timespec pause = {0, 20 * 1000 * 1000};
     nanosleep(&pause, NULL); /* so that the rewrite gets a change time of its own */
     fp = fopen(path, "r+b");
-    ck_assert_int_eq(fseek(fp, size / 3, SEEK_SET), 0);
-    ck_assert_uint_eq(fwrite(bytes + size / 3, 1, (size_t)(size / 3), fp), (size_t)(size / 3));
+    ck_assert_int_eq(fseek(fp, at + span / 2, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(bytes + at + span / 2, 1, (size_t)span, fp), (size_t)span);
     ck_assert_int_eq(fclose(fp), 0);
     ck_assert_int_eq(utimensat(AT_FDCWD, path, times, 0), 0);
     free(bytes);
