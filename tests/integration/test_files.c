@@ -795,7 +795,7 @@ START_TEST(test_merged_image_write_enospc) {
 }
 END_TEST
 
-/* Every allocation of a kilobyte or more that the loader thread makes while it merges and loads
+/* Every allocation of 8 KiB or more that the loader thread makes while it merges and loads
  * the variant fails in turn (one daemon per allocation: the k-th fails, once): each ends in one
  * clean Error for the request or in the variant served, never a crash; the request after it is
  * served with the variant's text. The sweep ends at the first k whose request is served (no k-th
@@ -808,7 +808,7 @@ START_TEST(test_allocation_fails_while_merging) {
         ck_assert_msg(k < 200, "more than 200 allocations on the loader: the sweep never ends");
         char rule[160];
         snprintf(rule, sizeof rule,
-                 "call=malloc,thread=corral-loader,min=1024,after=%d,count=1,errno=ENOMEM", k);
+                 "call=malloc,thread=corral-loader,min=8192,after=%d,count=1,errno=ENOMEM", k);
         start(variant_config(), rule);
         const outcome o = run_one(&v);
         const bool injected = log_has("faultinj:");
