@@ -7,7 +7,7 @@
  * mmap, rename/renameat and the allocator (malloc, calloc, realloc, posix_memalign,
  * aligned_alloc); every wrapper forwards to the next definition (dlsym RTLD_NEXT: libc, or a
  * sanitizer's or jemalloc's), unless a rule says to fail that call. The rules come from the
- * environment variable CORRAL_FAULTINJ, read once at the first wrapped call:
+ * environment variable CORRAL_FAULTINJ, read once when the library is loaded:
  *
  *   CORRAL_FAULTINJ="RULE;RULE;..."     RULE = key=value,key=value,...
  *     call=NAME     open, read, write, fsync, mmap, rename or malloc (required). read covers
@@ -97,7 +97,8 @@ typedef struct fi_rule {
 
 static fi_rule fi_rules[FI_MAX_RULES];
 static int fi_n_rules;
-static pthread_once_t fi_once = PTHREAD_ONCE_INIT;
+/* Set once the rules are read (the constructor): calls before that are never failed. */
+static atomic_int fi_ready;
 
 /* The path each descriptor was opened with (by a wrapped open), "" otherwise. */
 static char fi_fd_paths[FI_MAX_FDS][FI_PATH_MAX];
@@ -105,7 +106,7 @@ static pthread_mutex_t fi_fd_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Set while this thread is inside the library (resolving a symbol, reporting): its own calls
  * are never matched. */
-static __thread int fi_inside;
+static __thread int fi_inside __attribute__((tls_model("initial-exec")));
 
 /* ---- the next definitions ------------------------------------------------------------------ */
 
@@ -137,7 +138,7 @@ static int (*next_renameat)(int, const char *, int, const char *);
  * and are never freed. */
 static _Alignas(64) unsigned char fi_boot[FI_BOOT_BYTES];
 static atomic_size_t fi_boot_used;
-static __thread int fi_resolving;
+static __thread int fi_resolving __attribute__((tls_model("initial-exec")));
 static atomic_int fi_resolved;
 
 static void *boot_alloc(size_t n) {
@@ -186,8 +187,14 @@ static void resolve_all(void) {
     atomic_store(&fi_resolved, 1);
 }
 
+static void load_rules(void);
+
+/* At load, after the C library's own start (environ is set): the next definitions, then the
+ * rules. */
 __attribute__((constructor)) static void fi_init(void) {
     resolve_all();
+    load_rules();
+    atomic_store_explicit(&fi_ready, 1, memory_order_release);
 }
 
 /* ---- rules --------------------------------------------------------------------------------- */
@@ -225,58 +232,92 @@ static void report(const char *fmt, ...) {
     fi_inside--;
 }
 
-static int parse_errno(const char *v) {
-    for (size_t i = 0; i < sizeof fi_errnos / sizeof fi_errnos[0]; i++)
-        if (strcmp(v, fi_errnos[i].name) == 0) return fi_errnos[i].value;
-    const int n = atoi(v);
-    return n > 0 ? n : EIO;
+/* The rules are parsed with the helpers below, not with libc's string functions: the first
+ * wrapped call may come while a sanitizer's runtime is still setting up its interceptors of those
+ * (its allocations during its own start), when calling them would fail. */
+
+/* Whether the n bytes at a equal the NUL-terminated b. */
+static bool span_is(const char *a, size_t n, const char *b) {
+    size_t i = 0;
+    for (; i < n && b[i]; i++)
+        if (a[i] != b[i]) return false;
+    return i == n && b[i] == '\0';
 }
 
-/* Parse one rule (a copy of its text, cut up here); false when it names no known call. */
-static bool parse_rule(char *text, fi_rule *r) {
-    memset(r, 0, sizeof *r);
-    r->call = FI_N;
-    r->count = -1;
-    r->err = EIO;
-    for (char *save = NULL, *kv = strtok_r(text, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) continue;
-        *eq = '\0';
-        const char *k = kv, *v = eq + 1;
-        if (strcmp(k, "call") == 0) {
-            for (int c = 0; c < FI_N; c++)
-                if (strcmp(v, fi_call_names[c]) == 0) r->call = (fi_call)c;
-        } else if (strcmp(k, "path") == 0) {
-            snprintf(r->path, sizeof r->path, "%s", v);
-        } else if (strcmp(k, "thread") == 0) {
-            snprintf(r->thread, sizeof r->thread, "%s", v);
-        } else if (strcmp(k, "min") == 0) {
-            r->min = (size_t)strtoull(v, NULL, 10);
-        } else if (strcmp(k, "after") == 0) {
-            r->after = atol(v);
-        } else if (strcmp(k, "count") == 0) {
-            r->count = atol(v);
-        } else if (strcmp(k, "errno") == 0) {
-            r->err = parse_errno(v);
-        } else if (strcmp(k, "action") == 0) {
-            r->kill = strcmp(v, "kill") == 0;
-        }
+static void span_copy(char *dst, size_t cap, const char *a, size_t n) {
+    size_t i = 0;
+    for (; i < n && i + 1 < cap; i++) dst[i] = a[i];
+    dst[i] = '\0';
+}
+
+static long span_number(const char *a, size_t n) {
+    long v = 0;
+    for (size_t i = 0; i < n && a[i] >= '0' && a[i] <= '9'; i++) v = v * 10 + (a[i] - '0');
+    return v;
+}
+
+static int parse_errno(const char *v, size_t n) {
+    for (size_t i = 0; i < sizeof fi_errnos / sizeof fi_errnos[0]; i++)
+        if (span_is(v, n, fi_errnos[i].name)) return fi_errnos[i].value;
+    const long e = span_number(v, n);
+    return e > 0 ? (int)e : EIO;
+}
+
+/* Set one key of r from `key=value` (n bytes at kv). */
+static void parse_key(fi_rule *r, const char *kv, size_t n) {
+    size_t eq = 0;
+    while (eq < n && kv[eq] != '=') eq++;
+    if (eq == n) return;
+    const char *v = kv + eq + 1;
+    const size_t vn = n - eq - 1;
+    if (span_is(kv, eq, "call")) {
+        for (int c = 0; c < FI_N; c++)
+            if (span_is(v, vn, fi_call_names[c])) r->call = (fi_call)c;
+    } else if (span_is(kv, eq, "path")) {
+        span_copy(r->path, sizeof r->path, v, vn);
+    } else if (span_is(kv, eq, "thread")) {
+        span_copy(r->thread, sizeof r->thread, v, vn);
+    } else if (span_is(kv, eq, "min")) {
+        r->min = (size_t)span_number(v, vn);
+    } else if (span_is(kv, eq, "after")) {
+        r->after = span_number(v, vn);
+    } else if (span_is(kv, eq, "count")) {
+        r->count = span_number(v, vn);
+    } else if (span_is(kv, eq, "errno")) {
+        r->err = parse_errno(v, vn);
+    } else if (span_is(kv, eq, "action")) {
+        r->kill = span_is(v, vn, "kill");
+    }
+}
+
+/* Parse one rule (n bytes at text); false when it names no known call. */
+static bool parse_rule(const char *text, size_t n, fi_rule *r) {
+    *r = (fi_rule){.call = FI_N, .count = -1, .err = EIO};
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && text[j] != ',') j++;
+        parse_key(r, text + i, j - i);
+        i = j + 1;
     }
     return r->call != FI_N;
 }
 
+extern char **environ;
+
 static void load_rules(void) {
-    fi_inside++;
-    const char *env = getenv("CORRAL_FAULTINJ");
-    static char copy[4096];
-    snprintf(copy, sizeof copy, "%s", env ? env : "");
-    for (char *save = NULL, *rule = strtok_r(copy, ";", &save); rule && fi_n_rules < FI_MAX_RULES;
-         rule = strtok_r(NULL, ";", &save)) {
-        static char one[1024];
-        snprintf(one, sizeof one, "%s", rule);
-        if (parse_rule(one, &fi_rules[fi_n_rules])) fi_n_rules++;
+    static const char name[] = "CORRAL_FAULTINJ=";
+    const char *env = NULL;
+    for (char **e = environ; e && *e && !env; e++) {
+        size_t i = 0;
+        while (name[i] && (*e)[i] == name[i]) i++;
+        if (!name[i]) env = *e + i;
     }
-    fi_inside--;
+    for (size_t i = 0; env && env[i] && fi_n_rules < FI_MAX_RULES;) {
+        size_t j = i;
+        while (env[j] && env[j] != ';') j++;
+        if (parse_rule(env + i, j - i, &fi_rules[fi_n_rules])) fi_n_rules++;
+        i = env[j] ? j + 1 : j;
+    }
 }
 
 static const char *errno_name(int e) {
@@ -289,8 +330,8 @@ static const char *errno_name(int e) {
  * path may be NULL (a descriptor not opened by a wrapped open, an allocation); other is a second
  * path a rule may match instead (a rename's destination). */
 static bool inject2(fi_call call, const char *path, const char *other, size_t bytes) {
-    if (fi_inside || fi_resolving) return false;
-    pthread_once(&fi_once, load_rules);
+    if (fi_inside || fi_resolving || !atomic_load_explicit(&fi_ready, memory_order_acquire))
+        return false;
     for (int i = 0; i < fi_n_rules; i++) {
         fi_rule *r = &fi_rules[i];
         if (r->call != call) continue;

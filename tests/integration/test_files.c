@@ -108,20 +108,25 @@ static harness_daemon d;
 /* Start corrald with `body`; with `faults` (CORRAL_FAULTINJ rules) it runs under the
  * fault-injection library. */
 static void start(const char *body, const char *faults) {
+    const char *asan = getenv("ASAN_OPTIONS");
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", asan ? asan : "");
     if (faults) {
         setenv("LD_PRELOAD", FAULTINJ_LIB, 1);
         setenv("CORRAL_FAULTINJ", faults, 1);
         /* The library is preloaded ahead of a sanitizer's runtime: tell ASan that is meant. */
-        const char *asan = getenv("ASAN_OPTIONS");
-        char opts[512];
-        snprintf(opts, sizeof opts, "%s%sverify_asan_link_order=0", asan ? asan : "",
-                 asan && *asan ? ":" : "");
+        char opts[600];
+        snprintf(opts, sizeof opts, "%s%sverify_asan_link_order=0", saved, saved[0] ? ":" : "");
         setenv("ASAN_OPTIONS", opts, 1);
     }
     const int rc = harness_start(&d, body, NULL, 30000);
     if (faults) {
         unsetenv("LD_PRELOAD");
         unsetenv("CORRAL_FAULTINJ");
+        if (asan)
+            setenv("ASAN_OPTIONS", saved, 1);
+        else
+            unsetenv("ASAN_OPTIONS");
     }
     ck_assert_int_eq(rc, 0);
 }
