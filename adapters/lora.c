@@ -1268,6 +1268,11 @@ int lora__adapter_files(const char *path, char files[2][LORA_PATH_MAX], lora_for
     return 2;
 }
 
+int lora_adapter_files(const char *path, char files[2][LORA_PATH_MAX], corral_error *err) {
+    lora_format format;
+    return lora__adapter_files(path, files, &format, err);
+}
+
 lora_adapter *lora_adapter_open(const char *path, const gguf_file *base, corral_error *err) {
     if (!path || !base) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "lora_adapter_open: NULL argument");

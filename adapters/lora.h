@@ -105,6 +105,12 @@ lora_adapter *lora_adapter_open(const char *path, const gguf_file *base, corral_
 void lora_adapter_destroy(lora_adapter **a);
 
 lora_format lora_adapter_format(const lora_adapter *a);
+
+/* The files an adapter path stands for, without opening them: a GGUF adapter, itself; a PEFT
+ * adapter (its directory, or a file in it), adapter_config.json and adapter_model.safetensors.
+ * These are the files lora_fingerprint reads. Returns how many were written to files (1 or 2),
+ * or -1 with err (may be NULL) naming the path when it is neither. */
+int lora_adapter_files(const char *path, char files[2][LORA_PATH_MAX], corral_error *err);
 const char *lora_adapter_path(const lora_adapter *a); /* as given to lora_adapter_open */
 
 /* Targets: the base tensors the adapter changes, sorted by name. */

@@ -37,6 +37,10 @@ void actor_task_init(actor_task *t, void (*run)(actor_task *t), int priority) {
 
 static void *actor_main(void *arg) {
     actor *a = arg;
+    /* "corral-loader", ...: for debuggers, and for tests that fault one thread (tests/faultinj). */
+    char name[16];
+    snprintf(name, sizeof name, "corral-%.8s", a->name);
+    pthread_setname_np(pthread_self(), name);
     /* Actors allocate for models' owners too (mem.h): no thread cache. */
     mem_thread_init(MEM_THREAD_CORE);
     pthread_mutex_lock(&a->mu);
@@ -75,9 +79,13 @@ actor *actor_new(const char *name, void (*done)(actor_task *t, void *ctx), void 
     pthread_cond_init(&a->cv, NULL);
     a->done = done;
     a->ctx = ctx;
-    /* Signals belong to the daemon's signalfd: block them all in the actor. */
+    /* Signals belong to the daemon's signalfd: block them all in the actor, but those of faults
+     * (a task that reads a mapped file catches its SIGBUS: fault.h; the kernel ends a process
+     * whose thread faults with the signal blocked). */
     sigset_t all, old;
     sigfillset(&all);
+    static const int faults[] = {SIGBUS, SIGSEGV, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&all, faults[i]);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     const int rc = pthread_create(&a->thread, NULL, actor_main, a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -8,10 +8,17 @@
  * of limits.prefill_chunk tokens per step, so that a long prompt cannot make a step long — and
  * only jobs of the step's highest class prefill, so that a background prompt never slows a
  * realtime or interactive one. The step's tokens then go through the model together.
+ *
+ * The engine calls of a step read the model's mapped files (weights, and the tokenizer's strings
+ * while detokenizing). A read that faults (the file was truncated under us) is caught: inside the
+ * forward pass by the engine, which fails the pass; anywhere else in the engine's part of the
+ * step by the guard here (fault.h). Either way the model is broken (residency_break) and its
+ * requests end with an Error naming the file; the other models are untouched.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/fault.h"
 #include "corral/log.h"
 #include "sched_impl.h"
 
@@ -154,6 +161,23 @@ static void after_token(struct core *k, sjob *sj, const gen_token *t, int64_t us
     if (t->stop != GEN_STOP_NONE) sched_finish_done(k, sj, (core_stop)t->stop);
 }
 
+/* The engine's part of a step, under a fault guard: gen_step_batch (one = NULL), or gen_next for
+ * one generator. A fault that escapes the engine (outside its forward pass) leaves the generators
+ * it was in half-stepped: the caller breaks the model, which ends them all. */
+static corral_status engine_guarded(sched_model *sm, gen_batch_item *items, uint32_t n,
+                                    generator *one, gen_token *token, corral_error *err,
+                                    bool *faulted) {
+    fault_guard g;
+    if (sigsetjmp(g.env, 0) == 0) {
+        fault_guard_enter(&g);
+        const corral_status st = one ? gen_next(one, token, err) : gen_step_batch(items, n, err);
+        fault_guard_leave(&g);
+        return st;
+    }
+    *faulted = true;
+    return model_note_fault(sm->m, &g.info, err);
+}
+
 /* Whether sj goes before other in a step: higher class, then the longer wait since its last
  * step. */
 static bool goes_first(const sjob *sj, const sjob *other) {
@@ -221,9 +245,16 @@ void batch_step(struct core *k, sched_model *sm) {
      * the model's it grew the model's bytes past what the memory budget had planned. */
     const unsigned scope = mem_scope_default();
     corral_error err;
-    gen_step_batch(sm->items, n_items, &err);
+    bool faulted = false;
+    engine_guarded(sm, sm->items, n_items, NULL, NULL, &err, &faulted);
     const int64_t us = sched__mono_us() - now;
-    for (uint32_t i = 0; i < n_items; i++) {
+    if (faulted) {
+        /* Every member is half-stepped: the break ends them all (reap). */
+        mem_scope_leave(scope);
+        residency_break(k, sm, err.message);
+        return;
+    }
+    for (uint32_t i = 0; i < n_items && !faulted; i++) {
         sjob *sj = sm->members[i];
         gen_batch_item *it = &sm->items[i];
         if (it->status != CORRAL_OK) {
@@ -236,7 +267,7 @@ void batch_step(struct core *k, sched_model *sm) {
              * this step (sampling only, no forward pass). */
             if (sj->n_prefilled < sj->n_prompt) continue;
             const int64_t t0 = sched__mono_us();
-            if (gen_next(sj->g, &it->token, &it->err) != CORRAL_OK) {
+            if (engine_guarded(sm, NULL, 0, sj->g, &it->token, &it->err, &faulted) != CORRAL_OK) {
                 sched_finish_error(k, sj, it->err.status, "%s", it->err.message);
                 continue;
             }
@@ -246,4 +277,7 @@ void batch_step(struct core *k, sched_model *sm) {
         after_token(k, sj, &it->token, us);
     }
     mem_scope_leave(scope);
+    /* A fault in the pass (the engine failed the items that needed it) or after it. */
+    const char *fault = model_fault(sm->m);
+    if (fault) residency_break(k, sm, fault);
 }

@@ -330,6 +330,8 @@ static Corral__V1__ModelState state_to_proto(core_model_state s) {
             return CORRAL__V1__MODEL_STATE__MODEL_STATE_RESIDENT;
         case CORE_MODEL_SWAPPED:
             return CORRAL__V1__MODEL_STATE__MODEL_STATE_SWAPPED;
+        case CORE_MODEL_BROKEN:
+            return CORRAL__V1__MODEL_STATE__MODEL_STATE_BROKEN;
     }
     return CORRAL__V1__MODEL_STATE__MODEL_STATE_UNSPECIFIED;
 }
@@ -426,6 +428,7 @@ static size_t pack_status(zproto_buf *b, Corral__V1__Response *r, const core_rep
             ms->steps = m->steps;
             ms->step_sequences = m->step_sequences;
             if (m->n_adapters) ms->base_path = m->path;
+            if (m->error) ms->error = m->error;
             ms->adapters = adapters_to_proto(m, &ms->n_adapters);
             ptrs[i] = ms;
         }

@@ -270,6 +270,7 @@ void core_reply_destroy(core_reply **pr) {
         free(m->path);
         free(m->arch);
         free(m->chat_template);
+        free(m->error);
         for (size_t k = 0; k < m->n_adapters; k++) free(m->adapters[k].path);
         free(m->adapters);
     }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/fault.h"
 #include "corral/log.h"
 #include "corral/prompt.h"
 #include "corral/sanitize.h"
@@ -241,15 +242,28 @@ typedef struct prepare_task {
     sjob *sj;
     corral_status status;
     corral_error err;
+    bool faulted; /* reading the model's mapped file failed: the model is broken */
 } prepare_task;
 
+/* Tokenizing reads the vocabulary's strings, which are in the model's mapped file: a file
+ * truncated under us faults here (fault.h). The jump leaves what it skipped in the model's arena
+ * (freed with the model, which is broken now) and the job's own buffers (freed with the job). */
 static void prepare_run(actor_task *base) {
     prepare_task *t = (prepare_task *)base;
     sjob *sj = t->sj;
-    if (sj->j->req.kind == CORE_TOKENIZE)
-        t->status = prepare_tokenize(sj, &sj->answer, &t->err);
-    else
-        t->status = prepare_generate(sj, &t->err);
+    fault_guard g;
+    if (sigsetjmp(g.env, 0) == 0) {
+        fault_guard_enter(&g);
+        if (sj->j->req.kind == CORE_TOKENIZE)
+            t->status = prepare_tokenize(sj, &sj->answer, &t->err);
+        else
+            t->status = prepare_generate(sj, &t->err);
+        fault_guard_leave(&g);
+    } else {
+        (void)mem_scope_default(); /* whatever scope the jump left behind */
+        t->faulted = true;
+        t->status = model_note_fault(sj->model->m, &g.info, &t->err);
+    }
 }
 
 static void prepare_finish(struct core *k, core_task *ct) {
@@ -258,6 +272,7 @@ static void prepare_finish(struct core *k, core_task *ct) {
     sj->task = NULL;
     if (!t->t.base.ran) corral_error_set(&t->err, CORRAL_UNAVAILABLE, "corrald is shutting down");
     const corral_status st = t->t.base.ran ? t->status : CORRAL_UNAVAILABLE;
+    if (t->faulted) residency_break(k, sj->model, t->err.message);
     if (st != CORRAL_OK) {
         sched_finish_error(k, sj, t->err.status, "%s", t->err.message);
     } else if (sj->j->req.kind == CORE_TOKENIZE) {

@@ -103,6 +103,8 @@ typedef enum core_model_state {
     CORE_MODEL_LOADING = 2,  /* being loaded, merged or mapped again (the loader works on it) */
     CORE_MODEL_RESIDENT = 3, /* in memory, ready */
     CORE_MODEL_SWAPPED = 4,  /* weights unmapped to make room; they come back by mmap */
+    CORE_MODEL_BROKEN = 5,   /* its file failed under it: its requests in flight failed; the next
+                                request loads it afresh (core_model_info.error says why) */
 } core_model_state;
 
 /* How a generation went (its final event). */
@@ -140,6 +142,7 @@ typedef struct core_model_info {
     uint64_t last_load_ms, loads;
     uint64_t steps, step_sequences; /* batch steps run, and the sequences in them */
     uint32_t queue_depth, active, sessions;
+    char *error; /* BROKEN: why; "" otherwise */
 } core_model_info;
 
 /* The daemon's totals in a Status answer. */

@@ -6,14 +6,31 @@
  * A model's states (core_model_state): UNLOADED (nothing in memory), LOADING (a load or swap-in is
  * running), RESIDENT (ready), SWAPPED (its weights unmapped to make room; what is small but slow
  * to rebuild — tokenizer, runner scratch, policy vocabulary — is kept, so a swap-in only maps the
- * weights again). Each model is a memory owner (mem.h): its weights' mapping plus a jemalloc arena
- * holding its runner, its policy vocabulary and the KV caches of its requests and sessions.
+ * weights again), BROKEN (its file failed under it; see below). Each model is a memory owner
+ * (mem.h): its weights' mapping plus a jemalloc arena holding its runner, its policy vocabulary
+ * and the KV caches of its requests and sessions.
+ *
+ * Files that change under a running daemon (docs/robustness.md). The weights are mapped, so what
+ * a model serves is whatever its file holds at the moment a page is read. Before a job starts on
+ * a resident model, the model's file is compared with its stamp at load (stat: no reading), and a
+ * variant's base and adapter files with theirs: a file changed in place (rewritten, truncated,
+ * touched) breaks the model — the requests it serves read weights that are no longer the ones they
+ * began with —; a file replaced at its path (the old one, still mapped, is intact), or a variant's
+ * inputs changed (its merged image is stale), reloads it once its requests end. A read that faults
+ * (SIGBUS: the file got shorter than its mapping, or a disk error) breaks it too: the compute
+ * thread, the preparer and the loader each guard the work that reads mappings (fault.h). A broken
+ * model's requests past waiting end with an Error naming the file and what happened, its sessions'
+ * caches are dropped (they are recomputed from the conversation's text), its parts go once no job
+ * holds them, and the next request loads the file afresh: a truncated file is then refused by the
+ * GGUF reader, by name, and a rewritten one serves its new weights (the caches of rearranged and
+ * merged weights are keyed by the file's fingerprint, so no stale image is used).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "corral/fault.h"
 #include "corral/image.h"
 #include "corral/log.h"
 #include "corral/prompt.h"
@@ -107,13 +124,51 @@ static uint64_t sessions_bytes(const struct core *k, const sched_model *sm) {
     return n;
 }
 
+static void sources_free(residency_source **sources, size_t *n) {
+    for (size_t i = 0; *sources && i < *n; i++) free((*sources)[i].path);
+    free(*sources);
+    *sources = NULL;
+    *n = 0;
+}
+
 void residency_drop(sched_model *sm) {
     batch_free(sm);
     model_runner_destroy(&sm->runner);
     policy_vocab_destroy(&sm->pv);
     model_destroy(&sm->m);
     mem_owner_destroy(&sm->owner);
+    sources_free(&sm->sources, &sm->n_sources);
     sm->stale = false;
+}
+
+/* ---- broken models --------------------------------------------------------------------------- */
+
+void residency_break(struct core *k, sched_model *sm, const char *why) {
+    (void)k;
+    if (sm->broken) return;
+    sm->broken = true;
+    snprintf(sm->broken_reason, sizeof sm->broken_reason, "%s", why);
+    sm->state = CORE_MODEL_BROKEN;
+    sm->reload_pending = false;
+    log_warn("model broken: its requests in flight fail, the next one loads it afresh",
+             LOG_STR("model", sm->name), LOG_STR("reason", why));
+}
+
+/* A broken model's parts, once no job holds them: its sessions' caches are dropped (computed on
+ * weights that failed, they are not written out), then the model, runner and arena go. False
+ * while a session's cache is still being written or read (it is tried again at the next tick). */
+static bool drop_broken_parts(struct core *k, sched_model *sm) {
+    for (const sched_session *ss = k->sessions; ss; ss = ss->next)
+        if (ss->model == sm && ss->io) return false;
+    for (sched_session *ss = k->sessions; ss; ss = ss->next) {
+        if (ss->model != sm || !ss->kv) continue;
+        log_warn("session state dropped: its model broke; the conversation is recomputed",
+                 LOG_STR("session", ss->id), LOG_STR("model", sm->name));
+        residency_kv_free(sm, &ss->kv);
+        ss->n_tokens = 0;
+    }
+    residency_drop(sm);
+    return true;
 }
 
 void residency_swap_out(struct core *k, sched_model *sm) {
@@ -296,6 +351,8 @@ typedef struct load_task {
     policy_vocab *pv;
     uint32_t context;
     chat_template tmpl;
+    residency_source *sources; /* a variant's inputs as they were (default arena) */
+    size_t n_sources;
     int64_t us;
 } load_task;
 
@@ -407,9 +464,35 @@ static corral_status load_fresh(load_task *t, corral_error *err) {
     return CORRAL_OK;
 }
 
-static void load_run(actor_task *base) {
-    load_task *t = (load_task *)base;
-    const int64_t t0 = sched__mono_us();
+/* Stamp the files a variant is made from (its base, its adapters' files), as they are now:
+ * before the merge reads them, so that a change during the merge shows as a change. Nothing for
+ * a plain model (model_file_check covers its one file). A file that cannot be stamped is left
+ * out: the merge then reports it. */
+static void record_sources(load_task *t) {
+    const cfg_model *mc = t->entry;
+    if (mc->n_adapters == 0 || mc->n_adapters > LORA_MAX_ADAPTERS) return;
+    const unsigned scope = mem_scope_default();
+    t->sources = calloc(1 + 2 * mc->n_adapters, sizeof *t->sources);
+    for (size_t i = 0; t->sources && i <= mc->n_adapters; i++) {
+        char files[2][LORA_PATH_MAX];
+        int n = 1;
+        if (i == 0)
+            snprintf(files[0], sizeof files[0], "%s", mc->path);
+        else
+            n = lora_adapter_files(mc->adapters[i - 1].path, files, NULL);
+        for (int f = 0; f < n; f++) {
+            residency_source *s = &t->sources[t->n_sources];
+            if (image_file_stamp_read(files[f], &s->stamp, NULL) != CORRAL_OK) continue;
+            if ((s->path = strdup(files[f]))) t->n_sources++;
+        }
+    }
+    mem_scope_leave(scope);
+}
+
+/* The load itself (load_run guards it). */
+static void load_run_unguarded(load_task *t) {
+    actor_task *base = &t->t.base;
+    record_sources(t);
     t->status = load_weights_path(t, &t->err);
     if (t->status == CORRAL_OK && atomic_load(&base->cancel))
         t->status = corral_error_set(&t->err, CORRAL_CANCELLED, "the load was cancelled");
@@ -434,6 +517,42 @@ static void load_run(actor_task *base) {
     } else if (t->status == CORRAL_OK) {
         t->status = load_fresh(t, &t->err);
         if (t->status == CORRAL_OK) cache_trim(t->gen->c, model_repack_path(t->m));
+    }
+}
+
+/* A load reads mapped files (the model file's metadata and vocabulary, its weights while they are
+ * rearranged, a variant's base while it is merged): one truncated meanwhile faults, and the
+ * guard turns that into a failed load (fault.h). What the jump skipped leaked into the task's
+ * arena (destroyed with it: a failed fresh load has no owner left) and a few mappings; a restore
+ * cut short leaves the kept model released and unusable: its parts are dropped (stale). */
+static void load_run(actor_task *base) {
+    load_task *t = (load_task *)base;
+    const int64_t t0 = sched__mono_us();
+    fault_guard g;
+    if (sigsetjmp(g.env, 0) == 0) {
+        fault_guard_enter(&g);
+        load_run_unguarded(t);
+        fault_guard_leave(&g);
+    } else {
+        (void)mem_scope_default(); /* whatever scope the jump left behind */
+        char where[64];
+        snprintf(where, sizeof where, "%#lx", (unsigned long)g.info.addr);
+        log_warn("a mapped file failed while a model was loaded", LOG_STR("model", t->entry->name),
+                 LOG_STR("address", where), LOG_STR("what", fault_code_text(g.info.code)));
+        if (t->restore && t->status == CORRAL_OK) {
+            t->restore_failed = true;
+        } else {
+            t->status = corral_error_set(
+                &t->err, CORRAL_IO,
+                "model '%s': %s (or a file it is made from) failed while it was loaded (SIGBUS: "
+                "%s): it was truncated or changed meanwhile",
+                t->entry->name, t->weights_path ? t->weights_path : t->entry->path,
+                fault_code_text(g.info.code));
+            /* The parts made so far may be half-built: never used, never freed one by one. */
+            t->m = NULL;
+            t->runner = NULL;
+            t->pv = NULL;
+        }
     }
     t->us = sched__mono_us() - t0;
 }
@@ -462,6 +581,9 @@ static void load_finish(struct core *k, core_task *ct) {
                  LOG_STR("image", t->weights_path));
     }
     if (t->status == CORRAL_OK && t->entry->n_adapters) sm->verified = true;
+    /* A broken model that is not loaded stays BROKEN (Status keeps saying why) until a load
+     * succeeds. */
+    const core_model_state unloaded = sm->broken ? CORE_MODEL_BROKEN : CORE_MODEL_UNLOADED;
     if (t->restore_failed) {
         /* The kept parts are stale: they and the sessions made with them go, then the waiting
          * jobs load it afresh. */
@@ -475,14 +597,18 @@ static void load_finish(struct core *k, core_task *ct) {
         } else {
             load_discard(t);
             mem_owner_destroy(&sm->owner);
-            sm->state = CORE_MODEL_UNLOADED;
+            sm->state = unloaded;
         }
     } else if (t->status != CORRAL_OK) {
         if (t->restore) {
             sm->state = CORE_MODEL_SWAPPED;
         } else {
+            /* Whatever the failed load made lives in the arena, which goes with it. */
+            load_discard(t);
             mem_owner_destroy(&sm->owner);
-            sm->state = CORE_MODEL_UNLOADED;
+            sm->state = unloaded;
+            if (sm->broken && t->status != CORRAL_CANCELLED)
+                snprintf(sm->broken_reason, sizeof sm->broken_reason, "%s", t->err.message);
         }
         if (t->status != CORRAL_CANCELLED) {
             log_warn("model load failed", LOG_STR("model", sm->name),
@@ -500,6 +626,11 @@ static void load_finish(struct core *k, core_task *ct) {
             sm->context = t->context;
             sm->tmpl = t->tmpl;
         }
+        sources_free(&sm->sources, &sm->n_sources);
+        sm->sources = t->sources;
+        sm->n_sources = t->n_sources;
+        t->sources = NULL;
+        t->n_sources = 0;
         if (t->from_swap) sm->swap_ins++;
         sm->was_swapped = false;
         free(sm->weights_path);
@@ -520,6 +651,8 @@ static void load_finish(struct core *k, core_task *ct) {
             sched_fail_waiting(k, sm, &err);
         } else {
             sm->state = CORE_MODEL_RESIDENT;
+            sm->broken = false;
+            sm->broken_reason[0] = '\0';
             sm->load_us = t->us;
             sm->last_used_ms = sched__unix_ms(); /* loading is a use: keep-alives run from here */
             log_info(
@@ -534,6 +667,7 @@ static void load_finish(struct core *k, core_task *ct) {
         }
     }
     free(t->weights_path);
+    sources_free(&t->sources, &t->n_sources);
     sched_config_unref(k, t->gen);
     free(t);
 }
@@ -589,12 +723,45 @@ static corral_status load_begin(struct core *k, sched_model *sm, load_task *t, c
     return CORRAL_OK;
 }
 
+/* Whether resident sm still maps the files it was loaded from (see the file comment). When not,
+ * it is broken (a file changed in place) or reloaded once its requests end (replaced, or a
+ * variant's inputs changed), and false is returned: the job waits for the load. */
+static bool files_unchanged(struct core *k, sched_model *sm) {
+    corral_error err;
+    image_file_change c = model_file_check(sm->m, &err);
+    /* A variant maps its merged image in cache.dir: trimming may delete it, and a merge may
+     * replace it, while the mapping keeps its bytes; only a change in place matters. */
+    if (c == IMAGE_FILE_REPLACED && sm->cfg->n_adapters) c = IMAGE_FILE_SAME;
+    if (c == IMAGE_FILE_MODIFIED) {
+        char why[CORRAL_ERROR_MESSAGE_MAX];
+        snprintf(why, sizeof why, "%.400s: the weights it maps changed under it", err.message);
+        residency_break(k, sm, why);
+        return false;
+    }
+    for (size_t i = 0; c == IMAGE_FILE_SAME && i < sm->n_sources; i++) {
+        char what[256];
+        c = image_file_stamp_compare(&sm->sources[i].stamp, sm->sources[i].path, what, sizeof what);
+        if (c != IMAGE_FILE_SAME)
+            corral_error_set(&err, CORRAL_FAILED_PRECONDITION,
+                             "%s, which the variant was merged from, changed on disk: %s",
+                             sm->sources[i].path, what);
+    }
+    if (c == IMAGE_FILE_SAME) return true;
+    log_warn("model file changed on disk: the model is loaded again once its requests end",
+             LOG_STR("model", sm->name), LOG_STR("reason", err.message));
+    sm->reload_pending = true;
+    return false;
+}
+
 residency_state residency_want(struct core *k, sched_model *sm, corral_error *err) {
     sm->unload_requested = false; /* wanted again */
     /* A changed entry: the old model goes when its requests end, then this one loads it. */
     if (sm->reload_pending) return RESIDENCY_PENDING;
-    if (sm->state == CORE_MODEL_RESIDENT) return RESIDENCY_READY;
+    if (sm->state == CORE_MODEL_RESIDENT)
+        return files_unchanged(k, sm) ? RESIDENCY_READY : RESIDENCY_PENDING;
     if (sm->state == CORE_MODEL_LOADING) return RESIDENCY_PENDING;
+    /* Broken: its parts go once no job holds them (residency_tick), then it loads afresh. */
+    if (sm->state == CORE_MODEL_BROKEN && sm->owner) return RESIDENCY_PENDING;
     const bool from_swap = sm->was_swapped;
     if (sm->stale) {
         /* Kept parts that cannot serve: their sessions go out first, then the arena. */
@@ -707,6 +874,11 @@ void residency_tick(struct core *k) {
     const int64_t now_ms = sched__unix_ms();
     for (sched_model *sm = k->models; sm; sm = sm->next) {
         if (sm->state == CORE_MODEL_LOADING) continue;
+        if (sm->state == CORE_MODEL_BROKEN) {
+            if (sm->owner && !residency_busy(k, sm) && drop_broken_parts(k, sm))
+                log_info("broken model's memory released", LOG_STR("model", sm->name));
+            continue;
+        }
         const bool held = sm->state == CORE_MODEL_RESIDENT || residency_kept(sm);
         /* A stale swapped-out model stays until a request wants it (residency_want). */
         if (sm->stale) continue;

@@ -473,6 +473,12 @@ static void reap(struct core *k) {
         job *j = sj->j;
         sched_model *sm = sj->model;
         const bool waited_for_model = sj->phase == SJOB_WAIT_MODEL;
+        /* Its model broke under it (residency_break): what it holds of the model cannot serve. */
+        if (sm && sm->broken && !waited_for_model) {
+            sched_finish_error(k, sj, CORRAL_IO, "model '%s' is broken: %s", sm->name,
+                               sm->broken_reason);
+            continue;
+        }
         const bool ends = atomic_load(&j->cancel) != JOB_CANCEL_NONE ||
                           (sj->phase != SJOB_ACTIVE && sj->memory_wait_until_us &&
                            now > sj->memory_wait_until_us) ||

@@ -83,6 +83,13 @@ const policy_profile *cfg_gen_profile(const cfg_gen *g, const char *name);
 /* ---- models -----------------------------------------------------------------------------------
  */
 
+/* A file a variant was made from (its base model, its adapters' files), as it was when the
+ * variant was loaded: a change means the merged weights are stale. */
+typedef struct residency_source {
+    char *path;
+    image_file_stamp stamp;
+} residency_source;
+
 typedef struct sched_model {
     char *name;
     const cfg_model *cfg; /* the entry of the current configuration */
@@ -117,6 +124,13 @@ typedef struct sched_model {
     char *weights_path;    /* the file mapped: cfg->path, or a variant's merged image */
     policy_vocab *pv;      /* its vocabulary for sanitizers and constraints (cached DFAs) */
     bool verified;         /* a variant's merged image was fully checked once */
+    /* Its file failed under it (CORE_MODEL_BROKEN: residency_break): its parts go once no job
+     * holds them; the next request loads it afresh. broken_reason says why (Status). */
+    bool broken;
+    char broken_reason[CORRAL_ERROR_MESSAGE_MAX];
+    /* A variant's base and adapter files as they were at its load (default arena). */
+    residency_source *sources;
+    size_t n_sources;
     struct sjob **members; /* a batch step's jobs (batch.c), batch_cap of them */
     gen_batch_item *items; /* and their parts of the step's forward pass */
     uint32_t batch_cap;
@@ -275,8 +289,14 @@ uint64_t residency_total_bytes(const struct core *k);
  * BUDGET_FULL and the limit for BUDGET_NEVER. */
 budget_verdict residency_make_room(struct core *k, uint64_t need, const sched_model *protect,
                                    corral_error *err);
-/* Housekeeping between steps: keep-alives, removed, changed and unloaded models. */
+/* Housekeeping between steps: keep-alives, removed, changed, broken and unloaded models. */
 void residency_tick(struct core *k);
+/* sm's file failed under it (a fault reading its weights, or its file changed in place): mark it
+ * broken with `why` (logged, shown by Status). Its requests past waiting for the model end with
+ * an Error CORRAL_IO naming why (reap: those in a task when it comes back); its sessions' caches
+ * are dropped; its parts go once no job holds them; the next request loads it afresh, and a load
+ * that fails keeps it broken with the load's error. Idempotent. */
+void residency_break(struct core *k, sched_model *sm, const char *why);
 /* Unload sm (Unload request): CORRAL_FAILED_PRECONDITION while requests use it. The weights go
  * at once; the rest once its sessions' caches are written out. */
 corral_status residency_unload(struct core *k, sched_model *sm);

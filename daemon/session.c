@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/fault.h"
 #include "corral/log.h"
 #include "sched_impl.h"
 
@@ -21,7 +22,8 @@ swap_session_key session_key(const sched_session *ss) {
     return (swap_session_key){.app = ss->app,
                               .session = ss->id,
                               .model_name = ss->model->name,
-                              .model_path = ss->model->cfg->path,
+                              .model_fingerprint =
+                                  ss->model->m ? model_file_fingerprint(ss->model->m) : "",
                               .context = ss->model->context,
                               .kv_f32 = ss->model->cfg->kv_f32};
 }
@@ -36,7 +38,8 @@ typedef struct session_io_task {
     sjob *sj; /* a read: the job waiting for it */
     swap_dir *swap;
     /* The key's strings, copied: the model's entry may change while the task runs. */
-    char app[64], session[128], model_name[128], model_path[4096];
+    char app[64], session[128], model_name[128];
+    char model_fingerprint[IMAGE_FINGERPRINT_CHARS + 1];
     uint32_t context;
     int kv_f32;
     kv_cache *kv;
@@ -50,7 +53,7 @@ static swap_session_key task_key(const session_io_task *t) {
     return (swap_session_key){.app = t->app,
                               .session = t->session,
                               .model_name = t->model_name,
-                              .model_path = t->model_path,
+                              .model_fingerprint = t->model_fingerprint,
                               .context = t->context,
                               .kv_f32 = t->kv_f32};
 }
@@ -64,17 +67,39 @@ static session_io_task *io_task_new(struct core *k, sched_session *ss) {
     snprintf(t->app, sizeof t->app, "%s", key.app);
     snprintf(t->session, sizeof t->session, "%s", key.session);
     snprintf(t->model_name, sizeof t->model_name, "%s", key.model_name);
-    snprintf(t->model_path, sizeof t->model_path, "%s", key.model_path);
+    snprintf(t->model_fingerprint, sizeof t->model_fingerprint, "%s", key.model_fingerprint);
     t->context = key.context;
     t->kv_f32 = key.kv_f32;
     t->kv = ss->kv;
     return t;
 }
 
-static void write_run(actor_task *base) {
-    session_io_task *t = (session_io_task *)base;
+/* A session image is written, or read back through its mapping, under a fault guard (fault.h):
+ * an image truncated while it is mapped is a bad image (the conversation is recomputed), not a
+ * dead daemon. A cut-short write leaves at most its temporary, which the next start removes; a
+ * cut-short read's image is deleted here. */
+static void io_run(session_io_task *t, bool write) {
     const swap_session_key key = task_key(t);
-    t->status = swap_session_write(t->swap, &key, t->kv, t->tokens, t->n, &t->err);
+    fault_guard g;
+    if (sigsetjmp(g.env, 0) == 0) {
+        fault_guard_enter(&g);
+        if (write)
+            t->status = swap_session_write(t->swap, &key, t->kv, t->tokens, t->n, &t->err);
+        else
+            t->status = swap_session_read(t->swap, &key, t->kv, &t->tokens, &t->n, &t->err);
+        fault_guard_leave(&g);
+    } else {
+        if (!write) swap_session_discard(t->swap, &key);
+        t->tokens = write ? t->tokens : NULL;
+        t->n = write ? t->n : 0;
+        t->status = corral_error_set(
+            &t->err, CORRAL_IO, "session '%s': its image failed while it was %s (SIGBUS: %s)",
+            t->session, write ? "written" : "read", fault_code_text(g.info.code));
+    }
+}
+
+static void write_run(actor_task *base) {
+    io_run((session_io_task *)base, true);
 }
 
 /* The write is done (or failed): the cache's memory goes either way. */
@@ -143,11 +168,9 @@ void session_swap_out_now(struct core *k, sched_session *ss) {
 }
 
 static void read_run(actor_task *base) {
-    session_io_task *t = (session_io_task *)base;
-    const swap_session_key key = task_key(t);
     /* The tokens outlive the model's arena (session bookkeeping): the default arena. */
     const unsigned scope = mem_scope_default();
-    t->status = swap_session_read(t->swap, &key, t->kv, &t->tokens, &t->n, &t->err);
+    io_run((session_io_task *)base, false);
     mem_scope_leave(scope);
 }
 

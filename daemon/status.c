@@ -22,6 +22,7 @@ static bool fill_common(const sched_model *sm, core_model_info *m) {
     m->chat_template =
         dup_or_empty(resident ? chat_template_name(sm->tmpl) : sm->cfg->chat_template);
     m->state = sm->state;
+    m->error = strdup(sm->state == CORE_MODEL_BROKEN ? sm->broken_reason : "");
     m->pinned = sm->pinned;
     m->preload = sm->cfg->preload;
     if (sm->cfg->n_adapters) {
@@ -33,7 +34,7 @@ static bool fill_common(const sched_model *sm, core_model_info *m) {
             if (!(m->adapters[i].path = strdup(sm->cfg->adapters[i].path))) return false;
         }
     }
-    return m->name && m->path && m->arch && m->chat_template;
+    return m->name && m->path && m->arch && m->chat_template && m->error;
 }
 
 static void fill_status(const struct core *k, const sched_model *sm, core_model_info *m) {

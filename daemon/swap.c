@@ -125,10 +125,15 @@ static void session_path(const swap_dir *d, const swap_session_key *key, char *o
 static corral_status session_fingerprint(const swap_session_key *key, char out[17],
                                          corral_error *err) {
     image_fingerprint fp;
-    /* "-2": tensors per layer and KV head; images of the per-layer "-1" layout are stale. */
-    image_fingerprint_init(&fp, "kv-session-2");
-    corral_status st = image_fingerprint_add_file(&fp, key->model_path, err);
-    if (st != CORRAL_OK) return st;
+    /* "-3": the model file's identity as the model loaded it (images of "-2", which took the
+     * file's identity when written, are stale; "-1" had one tensor per layer). */
+    image_fingerprint_init(&fp, "kv-session-3");
+    if (!key->model_fingerprint || !key->model_fingerprint[0])
+        return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
+                                "model '%s' has no file fingerprint (its file could not be read "
+                                "when it was loaded): its session caches are not kept",
+                                key->model_name);
+    image_fingerprint_add_str(&fp, key->model_fingerprint);
     image_fingerprint_add_u64(&fp, key->context);
     image_fingerprint_add_u64(&fp, (uint64_t)key->kv_f32);
     image_fingerprint_add_str(&fp, key->app);

@@ -9,10 +9,12 @@
  * A session image is a corral image (engine/include/corral/image.h): a GGUF file of kind
  * "kv-session" whose tensors are the token ids ("tokens", I32) and each layer's keys and values
  * ("k.N", "v.N", in the cache's own type, one row per position), with a checksum per tensor and a
- * fingerprint of everything the cache depends on (the model file's identity, the context and KV
- * type, the app, the session id, the model name). It is written atomically (temporary file,
- * fsync, rename), so a crash leaves the old image or the new one, never a torn one. Reading it
- * back checks the version, the kind, the fingerprint and every checksum; an image that fails any
+ * fingerprint of everything the cache depends on (the identity of the model file as the model
+ * that computed the cache loaded it — model_file_fingerprint —, the context and KV type, the app,
+ * the session id, the model name). A model file replaced or changed after the cache was computed
+ * therefore loads as a model whose caches are other ones, even if the image is written after the
+ * change. It is written atomically (temporary file, fsync, rename), so a crash leaves the old
+ * image or the new one, never a torn one. Reading it back checks the version, the kind, the fingerprint and every checksum; an image that fails any
  * of them is deleted and the conversation simply starts again from its text (the client sends the
  * whole conversation each turn), so a bad image costs time, never correctness.
  *
@@ -52,12 +54,13 @@ const char *swap_dir_path(const swap_dir *d);
 
 /* The identity of a session's state: who owns it and what produced its cache. */
 typedef struct swap_session_key {
-    const char *app;        /* "" for the default app */
-    const char *session;    /* the client's session id */
-    const char *model_name; /* the configured model name */
-    const char *model_path; /* the model file, for the fingerprint */
-    uint32_t context;       /* KV positions of the cache */
-    int kv_f32;             /* cache element type */
+    const char *app;               /* "" for the default app */
+    const char *session;           /* the client's session id */
+    const char *model_name;        /* the configured model name */
+    const char *model_fingerprint; /* model_file_fingerprint of the model (never ""
+                                      for a write or a read: its caches cannot be kept) */
+    uint32_t context;              /* KV positions of the cache */
+    int kv_f32;                    /* cache element type */
 } swap_session_key;
 
 /* Write the session's cache (positions [0, n) and their token ids) as an image. Errors (the

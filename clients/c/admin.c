@@ -193,7 +193,7 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
                   block_str_size(d ? d->version : NULL);
     for (size_t i = 0; i < r->n_models; i++) {
         const Corral__V1__ModelStatus *m = r->models[i];
-        size += block_str_size(m->name) + block_str_size(m->base_path) +
+        size += block_str_size(m->name) + block_str_size(m->base_path) + block_str_size(m->error) +
                 adapters_size(m->adapters, m->n_adapters);
     }
     block b;
@@ -226,6 +226,7 @@ corral_status corral_client_status(corral_client *c, const char *model, int time
         ms->loads = m->loads;
         ms->steps = m->steps;
         ms->step_sequences = m->step_sequences;
+        ms->error = block_str(&b, m->error);
     }
     corral_daemon_status *ds = &rep->daemon;
     ds->version = block_str(&b, d ? d->version : NULL);
@@ -319,7 +320,7 @@ corral_status corral_unpin(corral_client *c, const char *model, int timeout_ms, 
 static const char *const model_state_names[] = {
     [CORRAL_MODEL_UNSPECIFIED] = "unspecified", [CORRAL_MODEL_UNLOADED] = "unloaded",
     [CORRAL_MODEL_LOADING] = "loading",         [CORRAL_MODEL_RESIDENT] = "resident",
-    [CORRAL_MODEL_SWAPPED] = "swapped",
+    [CORRAL_MODEL_SWAPPED] = "swapped",         [CORRAL_MODEL_BROKEN] = "broken",
 };
 
 const char *corral_model_state_name(corral_model_state state) {

@@ -301,6 +301,7 @@ typedef enum corral_model_state {
     CORRAL_MODEL_LOADING = 2,
     CORRAL_MODEL_RESIDENT = 3,
     CORRAL_MODEL_SWAPPED = 4,
+    CORRAL_MODEL_BROKEN = 5, /* its file failed under it; the next request loads it afresh */
 } corral_model_state;
 
 /* A configured model (proto ModelInfo). Strings are never NULL. */
@@ -353,11 +354,12 @@ typedef struct corral_model_status {
     const char *base_path;        /* a variant's base model file; "" for a plain model */
     size_t n_adapters;            /* a variant's adapters, in order */
     const corral_adapter *adapters;
-    uint64_t merges;       /* times its adapters were merged (0 while the cache served) */
-    uint64_t last_load_ms; /* how long its last load or swap-in took */
+    uint64_t merges;         /* times its adapters were merged (0 while the cache served) */
+    uint64_t last_load_ms;   /* how long its last load or swap-in took */
     uint64_t loads;          /* loads and swap-ins started for it */
     uint64_t steps;          /* batch steps (forward passes) run for it */
     uint64_t step_sequences; /* the sequences in them: / steps = the mean batch */
+    const char *error;       /* BROKEN: what failed, or why its last load was refused; "" else */
 } corral_model_status;
 
 /* The daemon's totals (proto DaemonStatus). */

@@ -231,6 +231,9 @@ static void print_model_table(const corral_status_report *r) {
             printf("\n");
             break;
         }
+    /* Broken models: what failed. */
+    for (size_t i = 0; i < r->n_models; i++)
+        if (r->models[i].error[0]) printf("\n%s: %s\n", r->models[i].name, r->models[i].error);
 }
 
 static void json_adapters(json_writer *j, const corral_adapter *a, size_t n) {
@@ -287,6 +290,10 @@ static void json_model_statuses(json_writer *j, const corral_status_report *r) {
         json_uint(j, m->steps);
         json_key(j, "step_sequences");
         json_uint(j, m->step_sequences);
+        if (m->error[0]) {
+            json_key(j, "error");
+            json_string(j, m->error);
+        }
         if (m->base_path[0]) {
             json_key(j, "base_path");
             json_string(j, m->base_path);

@@ -166,6 +166,23 @@ static bool pread_all(int fd, void *buf, size_t n, off_t offset) {
     return true;
 }
 
+/* Whether the first bytes of a file are those of a corral image: a GGUF header whose metadata
+ * holds IMAGE_KEY_VERSION with its length prefix (the image writer sets it first, so it is within
+ * the first kilobytes of any image). A model whose own metadata holds that string reads as an
+ * image: its fingerprint then leaves the change time out, as it did before change times counted. */
+static bool looks_like_image(const uint8_t *head, size_t n) {
+    static const char key[] = IMAGE_KEY_VERSION;
+    const size_t klen = sizeof key - 1;
+    if (n < 4 || memcmp(head, "GGUF", 4) != 0) return false;
+    for (size_t i = 8; i + klen <= n; i++) {
+        if (head[i - 8] != klen || memcmp(head + i, key, klen) != 0) continue;
+        bool prefix = true; /* the uint64 length, little-endian: klen, then seven zero bytes */
+        for (size_t b = 1; b < 8; b++) prefix = prefix && head[i - 8 + b] == 0;
+        if (prefix) return true;
+    }
+    return false;
+}
+
 corral_status image_fingerprint_add_file(image_fingerprint *fp, const char *path,
                                          corral_error *err) {
     if (!fp || !path) {
@@ -199,6 +216,7 @@ corral_status image_fingerprint_add_file(image_fingerprint *fp, const char *path
     }
     bool ok = pread_all(fd, buf, head_n, 0);
     uint64_t head_hash = ok ? image_hash64(buf, head_n, 0) : 0;
+    const bool is_image = ok && looks_like_image(buf, head_n);
     ok = ok && pread_all(fd, buf, tail_n, (off_t)(size - tail_n));
     uint64_t tail_hash = ok ? image_hash64(buf, tail_n, 0) : 0;
     int e = errno;
@@ -212,14 +230,82 @@ corral_status image_fingerprint_add_file(image_fingerprint *fp, const char *path
     image_fingerprint_add_u64(&f, size);
     image_fingerprint_add_u64(&f, (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
                                       (uint64_t)st.st_mtim.tv_nsec);
+    image_fingerprint_add_u64(&f, (uint64_t)st.st_ino);
     image_fingerprint_add_u64(&f, head_hash);
     image_fingerprint_add_u64(&f, tail_hash);
+    /* The change time too, but for corral's own images, which image_touch touches on every use
+     * (a merged model is the input of its repacked weights' image): see image.h. */
+    if (!is_image) {
+        image_fingerprint_add_u64(&f, (uint64_t)st.st_ctim.tv_sec * 1000000000ull +
+                                          (uint64_t)st.st_ctim.tv_nsec);
+    }
     *fp = f;
     return CORRAL_OK;
 }
 
 void image_fingerprint_hex(const image_fingerprint *fp, char out[IMAGE_FINGERPRINT_CHARS + 1]) {
     snprintf(out, IMAGE_FINGERPRINT_CHARS + 1, "%016" PRIx64, fp->state);
+}
+
+/* ---- file stamps ----------------------------------------------------------------------------- */
+
+static image_file_stamp stamp_of(const struct stat *st) {
+    return (image_file_stamp){.dev = (uint64_t)st->st_dev,
+                              .ino = (uint64_t)st->st_ino,
+                              .size = (uint64_t)st->st_size,
+                              .mtime_s = (int64_t)st->st_mtim.tv_sec,
+                              .mtime_ns = (int64_t)st->st_mtim.tv_nsec,
+                              .ctime_s = (int64_t)st->st_ctim.tv_sec,
+                              .ctime_ns = (int64_t)st->st_ctim.tv_nsec};
+}
+
+corral_status image_file_stamp_read(const char *path, image_file_stamp *out, corral_error *err) {
+    struct stat st;
+    if (!path || stat(path, &st) != 0) {
+        const int e = path ? errno : EINVAL;
+        *out = (image_file_stamp){0};
+        return corral_error_set(err, e == ENOENT ? CORRAL_NOT_FOUND : CORRAL_IO, "%s: %s",
+                                path ? path : "(null)", strerror(e));
+    }
+    *out = stamp_of(&st);
+    return CORRAL_OK;
+}
+
+image_file_change image_file_stamp_compare(const image_file_stamp *then, const char *path,
+                                           char *why, size_t why_size) {
+    char scratch[8];
+    if (!why) {
+        why = scratch;
+        why_size = sizeof scratch;
+    }
+    if (why_size) why[0] = '\0';
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(why, why_size, "gone (%s)", strerror(errno));
+        return IMAGE_FILE_REPLACED;
+    }
+    const image_file_stamp now = stamp_of(&st);
+    if (now.dev != then->dev || now.ino != then->ino) {
+        snprintf(why, why_size, "replaced by another file (inode %" PRIu64 " -> %" PRIu64 ")",
+                 then->ino, now.ino);
+        return IMAGE_FILE_REPLACED;
+    }
+    if (now.size != then->size) {
+        snprintf(why, why_size, "size %" PRIu64 " -> %" PRIu64 " bytes", then->size, now.size);
+        return IMAGE_FILE_MODIFIED;
+    }
+    if (now.mtime_s != then->mtime_s || now.mtime_ns != then->mtime_ns) {
+        snprintf(why, why_size, "modified in place (same size, modification time changed)");
+        return IMAGE_FILE_MODIFIED;
+    }
+    if (now.ctime_s != then->ctime_s || now.ctime_ns != then->ctime_ns) {
+        snprintf(why, why_size,
+                 "changed in place (same size and modification time, change time "
+                 "moved: written with its times put back, or its attributes "
+                 "changed)");
+        return IMAGE_FILE_MODIFIED;
+    }
+    return IMAGE_FILE_SAME;
 }
 
 /* ---- writing --------------------------------------------------------------------------------- */
@@ -801,7 +887,8 @@ corral_status image_dir_trim(const char *dir, const char *prefix, uint64_t limit
     if (st == CORRAL_OK) {
         uint64_t total = 0;
         for (size_t i = 0; i < n; i++) total += entries[i].bytes;
-        if (n > 1) qsort(entries, n, sizeof *entries, trim_entry_cmp); /* entries is NULL when n == 0 */
+        if (n > 1)
+            qsort(entries, n, sizeof *entries, trim_entry_cmp); /* entries is NULL when n == 0 */
         for (size_t i = 0; i < n; i++) {
             bool kept = total <= limit_bytes || (keep && strcmp(entries[i].name, keep) == 0);
             if (!kept) {

@@ -4,6 +4,7 @@
  * cutting of the sequences' tokens into passes of the runner's max_batch, and the output
  * projection (model_forward is its one-sequence case).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -11,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "corral/fault.h"
 #include "corral/log.h"
 #include "model_impl.h"
 #include "tensor_blocks.h"
@@ -242,24 +245,6 @@ static corral_status model_bind_weights(struct model *m, corral_error *err) {
     return CORRAL_OK;
 }
 
-/* The identity of the file at path as it is now; all zero when it cannot be read (stat). */
-static model_file_id file_identity(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) return (model_file_id){0};
-    return (model_file_id){.dev = (uint64_t)st.st_dev,
-                           .ino = (uint64_t)st.st_ino,
-                           .size = (uint64_t)st.st_size,
-                           .mtime_s = (int64_t)st.st_mtim.tv_sec,
-                           .mtime_ns = (int64_t)st.st_mtim.tv_nsec,
-                           .ctime_s = (int64_t)st.st_ctim.tv_sec,
-                           .ctime_ns = (int64_t)st.st_ctim.tv_nsec};
-}
-
-static bool same_file(model_file_id a, model_file_id b) {
-    return a.dev == b.dev && a.ino == b.ino && a.size == b.size && a.mtime_s == b.mtime_s &&
-           a.mtime_ns == b.mtime_ns && a.ctime_s == b.ctime_s && a.ctime_ns == b.ctime_ns;
-}
-
 /*
  * Page sizes for the model file's mapping (gguf_advise_pages). Once the matrices are repacked the
  * file is read only here and there (embedding rows, norms), and a 2 MiB page read in and mapped
@@ -296,8 +281,18 @@ model *model_load(const char *path, const model_params *params, corral_error *er
     /* A CORRAL_CPU that names no runnable kernel path stops every load, with its message. */
     if (!kernels_get(err)) goto fail;
     /* Before the mapping: a file replaced in between then reads as changed at a restore. When
-     * stat fails the identity stays zero (never matching) and gguf_open names the problem. */
-    m->file_id = file_identity(path);
+     * stat fails the stamp stays zero (never matching) and gguf_open names the problem. */
+    (void)image_file_stamp_read(path, &m->file_id, NULL);
+    image_fingerprint fp;
+    image_fingerprint_init(&fp, "corral-model-file-1");
+    corral_error fperr;
+    if (image_fingerprint_add_file(&fp, path, &fperr) == CORRAL_OK)
+        image_fingerprint_hex(&fp, m->file_fingerprint);
+    else if (fperr.status != CORRAL_NOT_FOUND) /* (gguf_open reports a missing file) */
+        log_warn("cannot fingerprint the model file: no image of it is cached",
+                 LOG_STR("error", fperr.message));
+    /* Reads of the mapping that fail (a file truncated under us) become errors (fault.h). */
+    if (fault_init(err) != CORRAL_OK) goto fail;
     m->file = gguf_open(path, err);
     if (!m->file) goto fail;
 
@@ -357,13 +352,24 @@ void model_weights_release(model *m) {
     log_debug("model weights released", LOG_STR("path", gguf_path(m->file)));
 }
 
+const char *model_file_fingerprint(const model *m) {
+    return m->file_fingerprint;
+}
+
+image_file_change model_file_check(const model *m, corral_error *err) {
+    char why[256];
+    const image_file_change c =
+        image_file_stamp_compare(&m->file_id, gguf_path(m->file), why, sizeof why);
+    if (c != IMAGE_FILE_SAME)
+        corral_error_set(err, CORRAL_FAILED_PRECONDITION,
+                         "%s changed on disk since the model was loaded: %s", gguf_path(m->file),
+                         why);
+    return c;
+}
+
 corral_status model_weights_restore(model *m, corral_error *err) {
     if (!m->released) return CORRAL_OK;
-    const model_file_id now = file_identity(gguf_path(m->file));
-    if (now.ino == 0 || !same_file(now, m->file_id))
-        return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
-                                "%s changed on disk since the model was loaded; load it again",
-                                gguf_path(m->file));
+    if (model_file_check(m, err) != IMAGE_FILE_SAME) return CORRAL_FAILED_PRECONDITION;
     const corral_status st = model__repack(m, err);
     if (st != CORRAL_OK) return corral_error_prefix(err, "%s", gguf_path(m->file));
     model_advise_file_pages(m);
@@ -637,6 +643,7 @@ static corral_status batch_check(const struct model_runner *r, const model_seq *
     if (m->released)
         return corral_error_set(err, CORRAL_FAILED_PRECONDITION,
                                 "the model's weights are released (model_weights_restore first)");
+    if (model_fault(m)) return corral_error_set(err, CORRAL_IO, "%s", m->fault_message);
     if (n_seqs > 0 && !seqs)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "no sequences (NULL) for %u", n_seqs);
     const uint64_t call = atomic_fetch_add(&batch_calls, 1) + 1;
@@ -654,6 +661,7 @@ static corral_status batch_check(const struct model_runner *r, const model_seq *
                                     "take one sequence per call)",
                                     who);
         q->kv->batch_call = call;
+        q->kv->n_pos_at_call = q->kv->n_pos;
         if (q->n_tokens == 0 || !q->tokens)
             return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%sno tokens", who);
         if ((uint64_t)q->kv->n_pos + q->n_tokens > q->kv->n_ctx)
@@ -715,6 +723,81 @@ static void batch_run(struct model_runner *r, const model_seq *seqs, uint32_t n_
     }
 }
 
+/* Where the fault at addr lies: the model file's mapping or the repacked image's; NULL for
+ * neither. *offset is the byte of that file. */
+static const gguf_file *fault_file(const struct model *m, uintptr_t addr, uint64_t *offset) {
+    const gguf_file *files[2] = {m->file, model__packed_gguf(m)};
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < 2; i++) {
+        if (!files[i]) continue;
+        const uintptr_t base = (uintptr_t)gguf_file_data(files[i]);
+        const uintptr_t end = base + ((uintptr_t)gguf_file_size(files[i]) + page - 1) / page * page;
+        if (addr >= base && addr < end) {
+            *offset = (uint64_t)(addr - base);
+            return files[i];
+        }
+    }
+    return NULL;
+}
+
+corral_status model_note_fault(const model *m, const fault_info *fi, corral_error *err) {
+    char message[CORRAL_ERROR_MESSAGE_MAX];
+    uint64_t offset = 0;
+    const gguf_file *f = fault_file(m, fi->addr, &offset);
+    if (!f) {
+        snprintf(message, sizeof message,
+                 "%s: a read failed (SIGBUS: %s) at an address outside the model's mapped files; "
+                 "the model is not used again",
+                 gguf_path(m->file), fault_code_text(fi->code));
+    } else {
+        struct stat st;
+        char now[96];
+        if (stat(gguf_path(f), &st) == 0)
+            snprintf(now, sizeof now, "it is now %llu bytes", (unsigned long long)st.st_size);
+        else
+            snprintf(now, sizeof now, "it is gone (%s)", strerror(errno));
+        snprintf(message, sizeof message,
+                 "%s: reading the weights failed at byte %llu (SIGBUS: %s); the file had %llu "
+                 "bytes when it was loaded and %s: it was truncated or changed while in use",
+                 gguf_path(f), (unsigned long long)offset, fault_code_text(fi->code),
+                 (unsigned long long)gguf_file_size(f), now);
+    }
+    /* The first fault names the model's failure for good; later ones report their own. */
+    struct model *mm = (struct model *)m;
+    int none = 0;
+    if (atomic_compare_exchange_strong(&mm->faulted, &none, 1)) {
+        snprintf(mm->fault_message, sizeof mm->fault_message, "%s", message);
+        atomic_store(&mm->faulted, 2);
+    }
+    log_warn("model weights unreadable", LOG_STR("error", message));
+    return corral_error_set(err, CORRAL_IO, "%s", message);
+}
+
+const char *model_fault(const model *m) {
+    return atomic_load(&m->faulted) == 2 ? m->fault_message : NULL;
+}
+
+/* batch_run under a fault guard (fault.h). A read of the weights that faults — on this thread,
+ * or on a pool thread, whose fault the pool hands on here once the run is over — cuts the pass
+ * short: no lock is held and nothing was allocated, every pool run is complete, and what the pass
+ * wrote is discarded here: each cache's positions go back to what they were when the call began
+ * (rows past n_pos are never read), the quantized activations are forgotten, and the logits are
+ * undefined (the call fails). The model is marked faulted (model_note_fault). */
+static corral_status batch_run_guarded(struct model_runner *r, const model_seq *seqs,
+                                       uint32_t n_seqs, float *all_logits, corral_error *err) {
+    fault_guard g;
+    if (sigsetjmp(g.env, 0) == 0) {
+        fault_guard_enter(&g);
+        batch_run(r, seqs, n_seqs, all_logits);
+        fault_guard_leave(&g);
+        return CORRAL_OK;
+    }
+    for (uint32_t s = 0; s < n_seqs; s++) seqs[s].kv->n_pos = seqs[s].kv->n_pos_at_call;
+    memset(r->act_cached, 0, sizeof r->act_cached);
+    r->epoch++;
+    return model_note_fault(r->m, &g.info, err);
+}
+
 corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens, uint32_t n_tokens,
                             model_logits which, float *logits, corral_error *err) {
     if (kv->m != r->m)
@@ -730,14 +813,12 @@ corral_status model_forward(model_runner *r, kv_cache *kv, const int32_t *tokens
                            .logits = which == MODEL_LOGITS_LAST ? logits : NULL};
     const corral_status st = batch_check(r, &seq, 1, false, err);
     if (st != CORRAL_OK) return st;
-    batch_run(r, &seq, 1, which == MODEL_LOGITS_ALL ? logits : NULL);
-    return CORRAL_OK;
+    return batch_run_guarded(r, &seq, 1, which == MODEL_LOGITS_ALL ? logits : NULL, err);
 }
 
 corral_status model_forward_batch(model_runner *r, const model_seq *seqs, uint32_t n_seqs,
                                   corral_error *err) {
     const corral_status st = batch_check(r, seqs, n_seqs, true, err);
     if (st != CORRAL_OK) return st;
-    batch_run(r, seqs, n_seqs, NULL);
-    return CORRAL_OK;
+    return batch_run_guarded(r, seqs, n_seqs, NULL, err);
 }

@@ -4,9 +4,11 @@
 #ifndef CORRAL_ENGINE_MODEL_IMPL_H
 #define CORRAL_ENGINE_MODEL_IMPL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "arch.h"
+#include "corral/image.h"
 #include "corral/model.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
@@ -28,13 +30,6 @@ typedef struct model_weight {
     int panels;
 } model_weight;
 
-/* What tells a file's contents apart without reading them: rewriting, replacing, truncating or
- * touching a file changes one of these (and the change time cannot be set back). */
-typedef struct model_file_id {
-    uint64_t dev, ino, size;
-    int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
-} model_file_id;
-
 struct model {
     gguf_file *file;
     const arch_desc *arch;
@@ -51,9 +46,17 @@ struct model {
     /* model_weights_release: the weights are not in memory (packed is NULL, data points into the
      * file mapping, whose pages were given back) until model_weights_restore. */
     int released;
-    /* The file's identity at load: a restore checks the file is still the one the model was
-     * parsed from. */
-    model_file_id file_id;
+    /* The file's stamp at load (image.h): a restore, and model_file_check, compare the file
+     * with it. */
+    image_file_stamp file_id;
+    /* image_fingerprint_add_file of the file at load, in the domain "corral-model-file-1" (16 hex
+     * digits), or "" when the file could not be read for it. */
+    char file_fingerprint[IMAGE_FINGERPRINT_CHARS + 1];
+    /* The weights failed under a reader (SIGBUS: a mapped file truncated or unreadable): set once,
+     * by the thread that caught it, after fault_message (model_note_fault). The one part of a
+     * loaded model that changes: it is read and written through const pointers. */
+    atomic_int faulted;
+    char fault_message[CORRAL_ERROR_MESSAGE_MAX];
 };
 
 /* The weight of a per-layer role in layer il. */
@@ -77,6 +80,8 @@ struct kv_cache {
     /* The model_forward_batch call that last checked this cache (a number unique in the process),
      * which finds the same cache given twice in one call without a search. */
     uint64_t batch_call;
+    /* n_pos when that call began: a call cut short by a fault puts it back. */
+    uint32_t n_pos_at_call;
 };
 
 /* The row of (layer, KV head, position) in base (kv->k or kv->v). */
@@ -158,6 +163,9 @@ void model__unpack(struct model *m);
 /* Map the file pages of [p, p + n) into the process now (MADV_POPULATE_READ where the kernel has
  * it; otherwise nothing): weights about to be read in full (model_repack.c). */
 void model__populate(const void *p, size_t n);
+
+/* The repacked weights' image (its mapping), or NULL when none is mapped. */
+const gguf_file *model__packed_gguf(const struct model *m);
 
 /* Release what model__repack made. NULL-safe; sets *p to NULL. */
 void model__packed_destroy(struct model_packed **p);

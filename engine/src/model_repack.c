@@ -10,15 +10,15 @@
  * Where the panels live. With a cache directory (model_params.cache_dir), in a corral image
  * (image.h) of kind "repacked-model" named repack-<file name>-<fingerprint>.gguf, holding just the
  * repacked tensors under their own names, types and shapes. The fingerprint covers the model
- * file's identity (path, size, modification time, edges), the layout version and the list of
- * tensors repacked, so an edited model or another choice of tensors never meets a stale image.
- * The first load writes the image (packing one tensor at a time straight from the file mapping,
- * atomically renamed into place); every later load maps it, checks the tensors' names, types and
- * shapes against the model file, and binds the weights to it: loading then costs no packing, and
- * the process never touches the model file's copy of those weights, so memory holds one copy.
- * The image's tensor bytes are not hashed at every load (that would read the whole file): like a
- * model file's own weights, wrong bytes there could give wrong numbers but never an access out of
- * bounds, and image_open still checks the whole structure.
+ * file's identity at load (path, size, modification time, inode, edges), the layout version and the
+ * list of tensors repacked, so an edited model or another choice of tensors never meets a stale
+ * image. The first load writes the image (packing one tensor at a time straight from the file
+ * mapping, atomically renamed into place); every later load maps it, checks the tensors' names,
+ * types and shapes against the model file, and binds the weights to it: loading then costs no
+ * packing, and the process never touches the model file's copy of those weights, so memory holds
+ * one copy. The image's tensor bytes are not hashed at every load (that would read the whole file):
+ * like a model file's own weights, wrong bytes there could give wrong numbers but never an access
+ * out of bounds, and image_open still checks the whole structure.
  *
  * Without a cache directory, or when the image cannot be written (a read-only or full disk: logged
  * as a warning), the panels go into memory of the model's own, filled at load; the file's pages
@@ -187,8 +187,12 @@ static corral_status repack_image_path(const struct model *m, const char *dir,
     image_fingerprint fp;
     image_fingerprint_init(&fp, "corral-repack-1");
     image_fingerprint_add_str(&fp, REPACK_LAYOUT);
-    corral_status st = image_fingerprint_add_file(&fp, gguf_path(m->file), err);
-    if (st != CORRAL_OK) return st;
+    /* The file as it was when the model was loaded (and as it still is, if it is mapped again:
+     * model_weights_restore checks its stamp first). */
+    if (!m->file_fingerprint[0])
+        return corral_error_set(err, CORRAL_IO, "%s could not be read for its fingerprint",
+                                gguf_path(m->file));
+    image_fingerprint_add_str(&fp, m->file_fingerprint);
     for (size_t k = 0; k < plan->n_items; k++) {
         image_fingerprint_add_bytes(&fp, plan->items[k].t->name.data, plan->items[k].t->name.len);
         image_fingerprint_add_u64(&fp, plan->items[k].type);
@@ -374,6 +378,10 @@ void model__packed_destroy(struct model_packed **p) {
     free((*p)->path);
     free(*p);
     *p = NULL;
+}
+
+const gguf_file *model__packed_gguf(const struct model *m) {
+    return m->packed && m->packed->img ? image_gguf(m->packed->img) : NULL;
 }
 
 const char *model_repack_path(const model *m) {

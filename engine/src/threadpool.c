@@ -25,6 +25,21 @@
  * The barrier counts arrivals; the last thread to arrive resets the count and bumps `phase`, the
  * others wait for `phase` to change. Each thread reads `phase` before counting itself in, so the
  * last arrival cannot bump it unseen.
+ *
+ * Faults (fault.h). The function of a threadpool_run_slices run reads weights that are mapped
+ * files; if one is truncated under us, the read raises SIGBUS on whichever thread made it. Every
+ * slice of such a run therefore runs under a guard of its own thread: a fault ends that slice
+ * (the rest of its work is skipped), is recorded in the pool (the first one wins), and the slice
+ * is counted out as usual, so the run still ends the normal way — every slice accounted for,
+ * `pending` at 0, `busy` cleared — and no thread is left inside fn. Only then does the caller
+ * hand the fault on to its own innermost guard (fault_deliver), as if it had faulted itself. The
+ * slices take no locks and allocate nothing, and they never meet at a barrier, so skipping the
+ * rest of one leaves only its half-written outputs, which the guard's owner discards. A
+ * threadpool_run whose threads meet at barriers cannot be cut short this way (the other threads
+ * would wait at the next barrier forever): its slices are not guarded, and a fault there still
+ * ends the process, on the caller's thread too (a fatal region hides the caller's outer guards).
+ * The workers leave SIGBUS (and the other signals of faults) unblocked: the kernel ends a process
+ * whose thread faults with the signal blocked, whatever its handler.
  */
 #include "corral/threadpool.h"
 
@@ -33,6 +48,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,6 +58,7 @@
 #include <unistd.h>
 
 #include "corral/cpu.h"
+#include "corral/fault.h"
 #include "corral/log.h"
 
 /* Pause instructions a waiter spins before it yields: a few to 30 microseconds depending on the
@@ -70,6 +87,9 @@ struct threadpool {
     uint32_t n_started;                /* threads[0 .. n_started) are running */
     threadpool_fn fn;                  /* the current run: written before `generation` */
     void *arg;
+    int guarded;        /* the current run's slices run under fault guards (run_slices) */
+    atomic_int faulted; /* a slice of the current run faulted: `fault` says how */
+    fault_info fault;
     atomic_int stop; /* set before `generation` is bumped: workers exit */
     alignas(THREADPOOL_CACHE_LINE) _Atomic uint32_t generation; /* futex word: bumped per run */
     _Atomic uint32_t generation_sleepers;
@@ -133,6 +153,24 @@ static int claim_slice(struct threadpool_worker *w, uint32_t gen) {
     return atomic_compare_exchange_strong(&w->claimed, &c, gen);
 }
 
+/* Run slice ith of the current run on this thread; in a guarded run, a fault ends the slice and
+ * is recorded for the caller (the first fault of the run is the one it sees). */
+static void run_slice(struct threadpool *p, uint32_t ith) {
+    if (!p->guarded) {
+        p->fn(p->arg, ith, p->n_threads);
+        return;
+    }
+    fault_guard g;
+    if (sigsetjmp(g.env, 0) == 0) {
+        fault_guard_enter(&g);
+        p->fn(p->arg, ith, p->n_threads);
+        fault_guard_leave(&g);
+    } else {
+        int none = 0;
+        if (atomic_compare_exchange_strong(&p->faulted, &none, 1)) p->fault = g.info;
+    }
+}
+
 static void *worker_main(void *varg) {
     struct threadpool_worker *w = varg;
     struct threadpool *p = w->pool;
@@ -144,7 +182,7 @@ static void *worker_main(void *varg) {
          * over: it then waits for the next generation. Owning the slice means the run cannot end
          * before we do, so fn and arg are still this run's. */
         if (!claim_slice(w, seen)) continue;
-        p->fn(p->arg, w->ith, p->n_threads);
+        run_slice(p, w->ith);
         /* The last worker out wakes the caller if it went to sleep. */
         if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->pending_sleepers) != 0)
             futex_wake_all(&p->pending);
@@ -190,6 +228,11 @@ threadpool *threadpool_new(uint32_t n_threads, corral_error *err) {
     }
     memset(p, 0, size);
     p->n_threads = n_threads;
+    if (fault_init(err) != CORRAL_OK) {
+        free(p);
+        return NULL;
+    }
+    atomic_init(&p->faulted, 0);
     atomic_init(&p->generation, 0);
     atomic_init(&p->generation_sleepers, 0);
     atomic_init(&p->pending, 0);
@@ -209,9 +252,12 @@ threadpool *threadpool_new(uint32_t n_threads, corral_error *err) {
         threadpool_free(p);
         return NULL;
     }
-    /* Workers inherit a mask that blocks every signal: handlers run on the process's threads. */
+    /* Workers inherit a mask that blocks every signal but those of faults: handlers run on the
+     * process's threads, and a fault with its signal blocked would end the process. */
     sigset_t all, old;
     sigfillset(&all);
+    static const int faults[] = {SIGBUS, SIGSEGV, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&all, faults[i]);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = 0;
     for (uint32_t i = 0; i < n_workers; i++) {
@@ -248,6 +294,8 @@ uint32_t threadpool_n_threads(const threadpool *p) {
 
 static void threadpool_run_impl(threadpool *p, threadpool_fn fn, void *arg, int steal) {
     if (!p || p->n_threads == 1) {
+        /* One thread: a fault reaches the caller's own guard directly, and a run with barriers
+         * has nobody else to wait for. */
         fn(arg, 0, 1);
         return;
     }
@@ -259,14 +307,18 @@ static void threadpool_run_impl(threadpool *p, threadpool_fn fn, void *arg, int 
     }
     p->fn = fn;
     p->arg = arg;
+    p->guarded = steal; /* run_slices: no barriers, so a slice can be cut short */
+    atomic_store_explicit(&p->faulted, 0, memory_order_relaxed);
     atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
     const uint32_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    fault_guard fatal;
+    if (!steal) fault_guard_enter_fatal(&fatal);
     publish(&p->generation, gen, &p->generation_sleepers);
-    fn(arg, 0, p->n_threads);
+    run_slice(p, 0);
     /* Slices whose workers have not claimed them yet (asleep, or not scheduled) are ours. */
     for (uint32_t i = 1; steal && i < p->n_threads; i++) {
         if (!claim_slice(&p->workers[i - 1], gen)) continue;
-        fn(arg, i, p->n_threads);
+        run_slice(p, i);
         atomic_fetch_sub(&p->pending, 1);
     }
     /* Wait for pending to reach 0: spin, then sleep on each value it passes through. */
@@ -284,7 +336,13 @@ static void threadpool_run_impl(threadpool *p, threadpool_fn fn, void *arg, int 
         while ((left = atomic_load(&p->pending)) != 0) futex_wait(&p->pending, left);
         atomic_fetch_sub(&p->pending_sleepers, 1);
     }
+    if (!steal) fault_guard_leave(&fatal);
+    /* Every slice is over (pending reached 0 with acquire order: the recorded fault is
+     * visible). */
+    const bool faulted = atomic_load(&p->faulted) != 0;
+    const fault_info info = p->fault;
     atomic_store_explicit(&p->busy, 0, memory_order_release);
+    if (faulted) fault_deliver(&info);
 }
 
 void threadpool_barrier(threadpool *p) {

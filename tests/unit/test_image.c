@@ -116,6 +116,13 @@ END_TEST
 
 /* ---- fingerprints -------------------------------------------------------------------------- */
 
+/* File systems stamp change times from a coarse clock (a few milliseconds): sleep long enough
+ * that a change made now gets a change time of its own. */
+static void let_the_clock_tick(void) {
+    const struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+}
+
 static void fp_hex_of_file(const char *path, char out[IMAGE_FINGERPRINT_CHARS + 1]) {
     image_fingerprint fp;
     image_fingerprint_init(&fp, "test");
@@ -174,12 +181,24 @@ START_TEST(test_fingerprint_of_file_tracks_identity) {
     ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
     fp_hex_of_file(path, c);
     ck_assert_str_ne(a, c);
-    /* Only the mtime changes (by one nanosecond). */
+    /* The same bytes written again, the times put back: the change time still moved. */
+    let_the_clock_tick();
     data[n - 10] ^= 1;
     write_file(path, data, n);
     ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
     fp_hex_of_file(path, c);
-    ck_assert_str_eq(a, c);
+    ck_assert_str_ne(a, c);
+    /* From here on, a is the file as it is, and each change below is the only one. */
+    fp_hex_of_file(path, a);
+    /* A byte in the middle, outside both edges, with size and times put back. */
+    let_the_clock_tick();
+    data[n / 2] ^= 1;
+    write_file(path, data, n);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    fp_hex_of_file(path, c);
+    ck_assert_str_ne(a, c);
+    fp_hex_of_file(path, a);
+    /* Only the mtime changes (by one nanosecond). */
     when[1].tv_nsec++;
     ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
     fp_hex_of_file(path, c);
@@ -190,6 +209,16 @@ START_TEST(test_fingerprint_of_file_tracks_identity) {
     ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
     fp_hex_of_file(path, c);
     ck_assert_str_ne(a, c);
+    /* Replaced by a copy (same bytes, size and times: another inode). */
+    write_file(path, data, n);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    fp_hex_of_file(path, a);
+    const char *copy = tmp_path("copy.bin");
+    write_file(copy, data, n);
+    ck_assert_int_eq(utimensat(AT_FDCWD, copy, when, 0), 0);
+    ck_assert_int_eq(rename(copy, path), 0);
+    fp_hex_of_file(path, c);
+    ck_assert_str_ne(a, c);
     /* The same bytes at another path. */
     const char *other = tmp_path("other.bin");
     write_file(other, data, n);
@@ -198,6 +227,7 @@ START_TEST(test_fingerprint_of_file_tracks_identity) {
     ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
     fp_hex_of_file(other, c);
     ck_assert_str_ne(a, c);
+    fp_hex_of_file(path, a);
     /* A relative spelling of the same file is the same file. */
     char cwd[512];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
@@ -266,6 +296,67 @@ static void write_test_image(const char *path, const char *kind, const char *fp)
     image_writer_destroy(&w);
     ck_assert_ptr_null(w);
 }
+
+START_TEST(test_fingerprint_of_an_image_survives_its_touch) {
+    /* image_touch (every use) moves the change time; an image's fingerprint leaves it out, so
+     * that images made from an image (repacked weights of a merged model) stay valid. */
+    const char *path = tmp_path("touched.gguf");
+    write_test_image(path, "test-kind", FP_A);
+    char a[17], b[17];
+    fp_hex_of_file(path, a);
+    let_the_clock_tick();
+    corral_error err;
+    ck_assert_int_eq(image_touch(path, &err), CORRAL_OK);
+    fp_hex_of_file(path, b);
+    ck_assert_str_eq(a, b);
+    /* A plain file touched the same way does change. */
+    const char *plain = tmp_path("plain.bin");
+    write_file(plain, "not an image", 12);
+    fp_hex_of_file(plain, a);
+    let_the_clock_tick();
+    ck_assert_int_eq(image_touch(plain, &err), CORRAL_OK);
+    fp_hex_of_file(plain, b);
+    ck_assert_str_ne(a, b);
+}
+END_TEST
+
+START_TEST(test_file_stamp_tells_modified_from_replaced) {
+    const char *path = tmp_path("stamped.bin");
+    write_file(path, "0123456789", 10);
+    image_file_stamp s;
+    corral_error err;
+    ck_assert_int_eq(image_file_stamp_read(path, &s, &err), CORRAL_OK);
+    char why[256];
+    ck_assert_int_eq(image_file_stamp_compare(&s, path, why, sizeof why), IMAGE_FILE_SAME);
+    ck_assert_str_eq(why, "");
+    /* Truncated in place: the same inode, another size. */
+    ck_assert_int_eq(truncate(path, 5), 0);
+    ck_assert_int_eq(image_file_stamp_compare(&s, path, why, sizeof why), IMAGE_FILE_MODIFIED);
+    ck_assert_ptr_nonnull(strstr(why, "size 10 -> 5 bytes"));
+    /* Rewritten in place with the same size and modification time: the change time tells. */
+    write_file(path, "0123456789", 10);
+    const struct timespec when[2] = {{1700000000, 0}, {1700000000, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    ck_assert_int_eq(image_file_stamp_read(path, &s, &err), CORRAL_OK);
+    let_the_clock_tick();
+    write_file(path, "9876543210", 10);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, when, 0), 0);
+    ck_assert_int_eq(image_file_stamp_compare(&s, path, why, sizeof why), IMAGE_FILE_MODIFIED);
+    ck_assert_ptr_nonnull(strstr(why, "change time"));
+    /* Replaced at its path: another inode. */
+    ck_assert_int_eq(image_file_stamp_read(path, &s, &err), CORRAL_OK);
+    const char *other = tmp_path("other-stamped.bin");
+    write_file(other, "9876543210", 10);
+    ck_assert_int_eq(rename(other, path), 0);
+    ck_assert_int_eq(image_file_stamp_compare(&s, path, why, sizeof why), IMAGE_FILE_REPLACED);
+    ck_assert_ptr_nonnull(strstr(why, "replaced by another file"));
+    /* Gone. */
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(image_file_stamp_compare(&s, path, NULL, 0), IMAGE_FILE_REPLACED);
+    ck_assert_int_eq(image_file_stamp_read(path, &s, &err), CORRAL_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "stamped.bin"));
+}
+END_TEST
 
 START_TEST(test_write_open_verify) {
     const char *path = tmp_path("img.gguf");
@@ -590,6 +681,8 @@ static Suite *image_suite(void) {
     tcase_add_test(core, test_trim_several_prefixes_share_one_budget);
     tcase_add_test(core, test_fingerprint_items_are_delimited);
     tcase_add_test(core, test_fingerprint_of_file_tracks_identity);
+    tcase_add_test(core, test_fingerprint_of_an_image_survives_its_touch);
+    tcase_add_test(core, test_file_stamp_tells_modified_from_replaced);
     tcase_add_test(core, test_write_open_verify);
     tcase_add_test(core, test_empty_image);
     tcase_add_test(core, test_written_image_leaves_page_cache);

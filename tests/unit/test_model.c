@@ -2,8 +2,8 @@
  * test_model.c — Check suite for the model module: logits of every reference model against
  * llama.cpp's and an independent float64 implementation's, greedy generation against llama.cpp's
  * transcripts, KV cache operations, bit-identical logits for any thread count, batches of
- * sequences (model_forward_batch) bit-identical with each sequence run alone, and bad model
- * files.
+ * sequences (model_forward_batch) bit-identical with each sequence run alone, bad model
+ * files, and files that fail under a loaded model (a pass that faults fails with an error).
  *
  * Error budgets (from the engine-correctness issue):
  *   reference mode vs exact logits                  max |d| <= 2e-3, every type
@@ -20,6 +20,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "corral/gguf.h"
 #include "corral/model.h"
@@ -752,6 +753,133 @@ static void check_repack_cache(const char *model_rel) {
     free(want);
 }
 
+/* ---- files that fail under a loaded model ---------------------------------------------------- */
+
+/* Load `path` with the cache in tmp_dir/cache and a pool of 2 threads, and run 8 tokens. */
+typedef struct loaded {
+    model *m;
+    threadpool *pool;
+    model_runner *r;
+    kv_cache *kv;
+    float logits[N_VOCAB];
+} loaded;
+
+static const int32_t fault_ids[8] = {1, 7, 99, 3, 250, 12, 41, 8};
+
+static void loaded_open(loaded *l, const char *path) {
+    char cache[400];
+    snprintf(cache, sizeof cache, "%s/cache", tmp_dir);
+    model_params mp = model_params_default();
+    mp.cache_dir = cache;
+    corral_error err;
+    l->m = model_load(path, &mp, &err);
+    ck_assert_msg(l->m != NULL, "%s", err.message);
+    l->pool = threadpool_new(2, &err);
+    l->r = model_runner_new(l->m, 0, l->pool, &err);
+    l->kv = kv_cache_new(l->m, 64, KV_TYPE_F16, &err);
+    ck_assert_int_eq(model_forward(l->r, l->kv, fault_ids, 8, MODEL_LOGITS_LAST, l->logits, &err),
+                     CORRAL_OK);
+    ck_assert_ptr_null(model_fault(l->m));
+}
+
+static void loaded_close(loaded *l) {
+    kv_cache_destroy(&l->kv);
+    model_runner_destroy(&l->r);
+    threadpool_destroy(&l->pool);
+    model_destroy(&l->m);
+}
+
+/* The next forward fails with CORRAL_IO naming `file`, appends nothing, and marks the model. */
+static void expect_forward_fault(loaded *l, const char *file) {
+    corral_error err;
+    const int32_t more[4] = {5, 6, 7, 8};
+    ck_assert_int_eq(model_forward(l->r, l->kv, more, 4, MODEL_LOGITS_LAST, l->logits, &err),
+                     CORRAL_IO);
+    ck_assert_msg(strstr(err.message, file) && strstr(err.message, "SIGBUS") &&
+                      strstr(err.message, "truncated"),
+                  "%s", err.message);
+    ck_assert_uint_eq(kv_cache_n_pos(l->kv), 8); /* nothing appended */
+    ck_assert_ptr_nonnull(model_fault(l->m));
+    ck_assert_str_eq(model_fault(l->m), err.message);
+    /* Later passes fail the same way without reading anything (a batch too). */
+    corral_error again;
+    model_seq seq = {.kv = l->kv, .tokens = more, .n_tokens = 1, .logits = l->logits};
+    ck_assert_int_eq(model_forward_batch(l->r, &seq, 1, &again), CORRAL_IO);
+    ck_assert_str_eq(again.message, err.message);
+    ck_assert_uint_eq(kv_cache_n_pos(l->kv), 8);
+}
+
+/* A model file truncated under a loaded model: the change shows by its stamp, and the next pass
+ * reads a weight past the new end (a later layer's norm, on the calling thread) and fails. */
+START_TEST(test_model_file_truncated_under_the_model) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/model.gguf", tmp_dir);
+    copy_file(test_shared_path("models/stories260K.gguf"), path);
+    loaded l;
+    loaded_open(&l, path);
+    corral_error err;
+    ck_assert_int_eq(model_file_check(l.m, &err), IMAGE_FILE_SAME);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(truncate(path, st.st_size / 2), 0);
+    ck_assert_int_eq(model_file_check(l.m, &err), IMAGE_FILE_MODIFIED);
+    ck_assert_msg(strstr(err.message, path) && strstr(err.message, "size"), "%s", err.message);
+    expect_forward_fault(&l, path);
+    loaded_close(&l);
+    /* Loading it afresh is refused, naming the file. */
+    ck_assert_ptr_null(model_load(path, NULL, &err));
+    ck_assert_int_eq(err.status, CORRAL_FORMAT);
+    ck_assert_msg(strstr(err.message, path) && strstr(err.message, "past end of file"), "%s",
+                  err.message);
+}
+END_TEST
+
+/* The image of repacked weights truncated under the model: the matrix products read it on every
+ * thread of the pool; the fault (on whichever thread) fails the pass, naming the image. */
+START_TEST(test_repacked_image_truncated_under_the_model) {
+    const char *cpu = getenv("CORRAL_CPU");
+    if (cpu && strcmp(cpu, "scalar") == 0) return; /* no panels, no image */
+    char path[400];
+    snprintf(path, sizeof path, "%s/model.gguf", tmp_dir);
+    copy_file(test_shared_path("models/stories260K-q8_0.gguf"), path);
+    loaded l;
+    loaded_open(&l, path);
+    char image[4096];
+    ck_assert_ptr_nonnull(model_repack_path(l.m));
+    snprintf(image, sizeof image, "%s", model_repack_path(l.m));
+    ck_assert_int_eq(truncate(image, 4096), 0);
+    corral_error err;
+    ck_assert_int_eq(model_file_check(l.m, &err), IMAGE_FILE_SAME); /* the model file is fine */
+    expect_forward_fault(&l, image);
+    loaded_close(&l);
+    /* A fresh load writes the image again and computes what it did before. */
+    loaded again;
+    loaded_open(&again, path);
+    loaded_close(&again);
+}
+END_TEST
+
+/* A file replaced at its path (renamed over): the model still maps the old one, which is intact. */
+START_TEST(test_model_file_replaced_keeps_the_old_mapping) {
+    char path[400], other[400];
+    snprintf(path, sizeof path, "%s/model.gguf", tmp_dir);
+    snprintf(other, sizeof other, "%s/other.gguf", tmp_dir);
+    copy_file(test_shared_path("models/stories260K.gguf"), path);
+    copy_file(test_shared_path("models/stories260K-f16.gguf"), other);
+    loaded l;
+    loaded_open(&l, path);
+    ck_assert_int_eq(rename(other, path), 0);
+    corral_error err;
+    ck_assert_int_eq(model_file_check(l.m, &err), IMAGE_FILE_REPLACED);
+    ck_assert_msg(strstr(err.message, "replaced by another file"), "%s", err.message);
+    const int32_t more[2] = {5, 6};
+    ck_assert_int_eq(model_forward(l.r, l.kv, more, 2, MODEL_LOGITS_LAST, l.logits, &err),
+                     CORRAL_OK);
+    ck_assert_ptr_null(model_fault(l.m));
+    loaded_close(&l);
+}
+END_TEST
+
 START_TEST(test_repacked_weights_cache) {
     check_repack_cache("models/stories260K-q4_0.gguf");
 }
@@ -1200,6 +1328,9 @@ static Suite *model_suite(void) {
     tcase_add_checked_fixture(errors, tmp_setup, tmp_teardown);
     tcase_add_test(errors, test_unchanged_copy_loads);
     tcase_add_test(errors, test_bad_model_files);
+    tcase_add_test(errors, test_model_file_truncated_under_the_model);
+    tcase_add_test(errors, test_repacked_image_truncated_under_the_model);
+    tcase_add_test(errors, test_model_file_replaced_keeps_the_old_mapping);
     suite_add_tcase(s, errors);
     TCase *batch = tcase_create("batch");
     tcase_add_checked_fixture(batch, tmp_setup, tmp_teardown);

@@ -38,7 +38,7 @@ static swap_session_key key_for(const char *session, uint32_t context) {
     return (swap_session_key){.app = "app",
                               .session = session,
                               .model_name = "stories",
-                              .model_path = test_shared_path("models/stories260K.gguf"),
+                              .model_fingerprint = model_file_fingerprint(m),
                               .context = context,
                               .kv_f32 = 0};
 }
@@ -162,6 +162,25 @@ START_TEST(test_corrupt_and_stale_images_refused) {
     expect_refused(truncate_half, key_for("conv-2", 64), "");
     /* Another context: the fingerprint no longer matches. */
     expect_refused(NULL, key_for("conv-2", 32), "fingerprint");
+    /* A model loaded from another file (or from this one changed): its caches are other ones. */
+    swap_session_key other = key_for("conv-2", 64);
+    other.model_fingerprint = "0123456789abcdef";
+    expect_refused(NULL, other, "fingerprint");
+}
+END_TEST
+
+START_TEST(test_no_model_fingerprint_keeps_nothing) {
+    swap_dir *d = swap_dir_open(dir, 3600000, NULL);
+    int32_t ids[4];
+    kv_cache *kv = filled_cache(ids, 4);
+    swap_session_key key = key_for("conv-3", 64);
+    key.model_fingerprint = "";
+    corral_error err;
+    ck_assert_int_eq(swap_session_write(d, &key, kv, ids, 4, &err), CORRAL_FAILED_PRECONDITION);
+    ck_assert_msg(strstr(err.message, "fingerprint"), "%s", err.message);
+    ck_assert_int_eq(count_files("session-"), 0);
+    kv_cache_destroy(&kv);
+    swap_dir_destroy(&d);
 }
 END_TEST
 
@@ -233,6 +252,7 @@ static Suite *swap_suite(void) {
     TCase *errors = tcase_create("errors");
     tcase_add_checked_fixture(errors, setup, teardown);
     tcase_add_test(errors, test_corrupt_and_stale_images_refused);
+    tcase_add_test(errors, test_no_model_fingerprint_keeps_nothing);
     tcase_add_test(errors, test_unwritable_directory);
     suite_add_tcase(s, errors);
     return s;

@@ -2,7 +2,8 @@
  * test_threadpool.c — Check suite for the thread pool: every thread runs every run exactly once,
  * long series of back-to-back runs (lost wake-ups would hang them: Check's timeout catches that,
  * no timing is measured), slices taken over by the caller, barrier phases, the pool of 1, the
- * default size, and the limits.
+ * default size, and the limits; and faults: a slice that reads a mapped file truncated under it
+ * (SIGBUS) ends that slice, the run completes, and the fault reaches the caller's guard (fault.h).
  */
 #include <check.h>
 #include <pthread.h>
@@ -11,9 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "corral/cpu.h"
+#include "corral/fault.h"
 #include "corral/threadpool.h"
 #include "testutil.h"
 
@@ -357,6 +361,106 @@ START_TEST(test_nested_run_aborts) {
 }
 END_TEST
 
+/* ---- faults ---------------------------------------------------------------------------------- */
+
+/* A mapped file whose second page is gone (truncated after the mapping). */
+typedef struct shrunk_map {
+    const volatile unsigned char *map;
+    size_t page;
+    char path[64];
+} shrunk_map;
+
+static void shrunk_map_make(shrunk_map *s) {
+    s->page = (size_t)sysconf(_SC_PAGESIZE);
+    snprintf(s->path, sizeof s->path, "/tmp/corral-test-pool-XXXXXX");
+    const int fd = mkstemp(s->path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)(2 * s->page)), 0);
+    void *m = mmap(NULL, 2 * s->page, PROT_READ, MAP_PRIVATE, fd, 0);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    s->map = m;
+    ck_assert_int_eq(ftruncate(fd, (off_t)s->page), 0);
+    close(fd);
+}
+
+static void shrunk_map_free(shrunk_map *s) {
+    munmap((void *)s->map, 2 * s->page);
+    unlink(s->path);
+}
+
+/* Slices below `faulty` write their index; the others read the missing page first. */
+typedef struct fault_job {
+    const shrunk_map *m;
+    uint32_t faulty;
+    _Atomic uint32_t done[8];
+    _Atomic uint32_t started;
+} fault_job;
+
+static void fault_fn(void *arg, uint32_t ith, uint32_t nth) {
+    (void)nth;
+    fault_job *j = arg;
+    atomic_fetch_add(&j->started, 1);
+    if (ith >= j->faulty) (void)j->m->map[j->m->page + ith];
+    atomic_store(&j->done[ith], 1);
+}
+
+/* Runs job on p under a guard; 1 when the fault came through. */
+static int run_guarded(threadpool *p, fault_job *job, fault_info *info) {
+    fault_guard g;
+    if (sigsetjmp(g.env, 0) == 0) {
+        fault_guard_enter(&g);
+        threadpool_run_slices(p, fault_fn, job);
+        fault_guard_leave(&g);
+        return 0;
+    }
+    *info = g.info;
+    return 1;
+}
+
+START_TEST(test_slice_fault_reaches_the_callers_guard) {
+    shrunk_map m;
+    shrunk_map_make(&m);
+    for (uint32_t n = 1; n <= 4; n++) {
+        corral_error err;
+        threadpool *p = threadpool_new(n, &err);
+        ck_assert_ptr_nonnull(p);
+        /* Every slice faults, then only the last: many times, so that workers and the caller
+         * both fault (which slice runs where depends on scheduling). */
+        for (int round = 0; round < 200; round++) {
+            fault_job job = {.m = &m, .faulty = round % 2 ? 0 : n - 1};
+            fault_info info = {0};
+            ck_assert_int_eq(run_guarded(p, &job, &info), 1);
+            ck_assert_uint_eq(atomic_load(&job.started), n); /* every slice ran */
+            ck_assert(info.addr >= (uintptr_t)m.map + m.page &&
+                      info.addr < (uintptr_t)m.map + m.page + n);
+            for (uint32_t i = 0; i < job.faulty; i++)
+                ck_assert_uint_eq(atomic_load(&job.done[i]), 1); /* the others completed */
+            for (uint32_t i = job.faulty; i < n; i++)
+                ck_assert_uint_eq(atomic_load(&job.done[i]), 0); /* cut short */
+        }
+        /* The pool still works, and a run without a fault passes its guard. */
+        count_job cj = {.want_nth = n};
+        for (int run = 0; run < 100; run++) threadpool_run_slices(p, count_fn, &cj);
+        check_counts(&cj, n, 100);
+        fault_job fine = {.m = &m, .faulty = n};
+        fault_info info;
+        ck_assert_int_eq(run_guarded(p, &fine, &info), 0);
+        threadpool_destroy(&p);
+    }
+    shrunk_map_free(&m);
+}
+END_TEST
+
+START_TEST(test_slice_fault_without_a_guard_kills) {
+    shrunk_map m;
+    shrunk_map_make(&m);
+    corral_error err;
+    threadpool *p = threadpool_new(2, &err);
+    fault_job job = {.m = &m, .faulty = 0};
+    threadpool_run_slices(p, fault_fn, &job); /* dies of SIGBUS, as without the pool */
+}
+END_TEST
+
 static Suite *threadpool_suite(void) {
     Suite *s = suite_create("threadpool");
     TCase *core = tcase_create("core");
@@ -377,6 +481,8 @@ static Suite *threadpool_suite(void) {
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_test_raise_signal(errors, test_nested_run_aborts, SIGABRT);
+    tcase_add_test(errors, test_slice_fault_reaches_the_callers_guard);
+    tcase_add_test_raise_signal(errors, test_slice_fault_without_a_guard_kills, SIGBUS);
     suite_add_tcase(s, errors);
     return s;
 }

@@ -349,6 +349,7 @@ def decode_status(msg: Any) -> StatusReply:
                 loads=m.loads,
                 steps=m.steps,
                 step_sequences=m.step_sequences,
+                error=m.error,
             )
             for m in msg.models
         ),

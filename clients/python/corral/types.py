@@ -62,6 +62,9 @@ class ModelState(_StrEnum):
     """In memory, ready."""
     SWAPPED = "swapped"
     """Written to the swap directory; comes back by mmap on the next request."""
+    BROKEN = "broken"
+    """Its file failed under it (truncated, changed in place, unreadable): the requests it was
+    serving ended with an error; the next request loads it afresh (``ModelStatus.error``)."""
 
 
 #: One chat message: ``{"role": "user", "content": "Hi"}`` or ``("user", "Hi")``. Roles are
@@ -243,6 +246,9 @@ class ModelStatus:
     """Batch steps (forward passes) run for it."""
     step_sequences: int = 0
     """Sequences in those steps, summed: divided by ``steps``, the mean batch."""
+    error: str = ""
+    """When BROKEN: what failed (the file, the byte, its size then and now), or why its last load
+    was refused; ``""`` otherwise."""
 
 
 @dataclass(frozen=True)

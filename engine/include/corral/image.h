@@ -36,9 +36,20 @@
  * Fingerprints. image_fingerprint hashes a sequence of typed items (each length-prefixed and
  * tagged, so "ab"+"c" and "a"+"bc" differ). For a file the item is its identity, not its whole
  * contents (hashing a 4 GB base model on every load would cost seconds): the absolute path
- * (realpath), the size, the modification time in nanoseconds, and XXH64 of its first and last
- * 64 KiB. Rewriting, replacing, truncating or touching an input therefore changes the fingerprint;
- * parameters (adapter scales, ...) are added as items of their own.
+ * (realpath), the size, the modification and change times in nanoseconds, the inode number, and
+ * XXH64 of its first and last 64 KiB. Rewriting, replacing (even by a file of the same size and
+ * edges with its modification time set back: another inode, a new change time), truncating or
+ * touching an input therefore changes the fingerprint; parameters (adapter scales, ...) are
+ * added as items of their own. The change time cannot be set back by a user; it also moves when a
+ * file is renamed or its mode changes, which costs one remake of the images made from it. It is
+ * left out for corral's own images (the file starts with an image header): image_touch marks
+ * them used on every use, and a merged model is the input of another image.
+ *
+ * File stamps. image_file_stamp is what stat(2) says about a file (device, inode, size,
+ * modification and change times): taken when a file is mapped, and compared with the file as it
+ * is now before the mapping is used again, it tells a file that is still the one mapped from one
+ * that was rewritten or truncated in place (the mapping now shows other bytes, or none) and from
+ * one that was replaced at its path (the mapping still holds the old file, which is intact).
  *
  * Thread-safety: the functions are reentrant; an image handle is immutable after image_open and
  * may be shared by threads; a writer belongs to one thread.
@@ -91,6 +102,34 @@ corral_status image_fingerprint_add_file(image_fingerprint *fp, const char *path
 
 /* The fingerprint as 16 lower-case hex digits and a NUL. */
 void image_fingerprint_hex(const image_fingerprint *fp, char out[IMAGE_FINGERPRINT_CHARS + 1]);
+
+/* ---- file stamps ----------------------------------------------------------------------------- */
+
+/* A file's identity as stat(2) gives it (see the file comment). Plain value. */
+typedef struct image_file_stamp {
+    uint64_t dev, ino, size;
+    int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
+} image_file_stamp;
+
+/* How a file compares with a stamp taken earlier. */
+typedef enum image_file_change {
+    IMAGE_FILE_SAME = 0,     /* every field equal: the same file, untouched */
+    IMAGE_FILE_MODIFIED = 1, /* the same inode, but its size or times changed: rewritten,
+                                truncated or touched in place (a mapping of it may now show
+                                other bytes, or fault) */
+    IMAGE_FILE_REPLACED = 2, /* another file at the path, or none: a mapping of the old one still
+                                holds the old, intact bytes */
+} image_file_change;
+
+/* The stamp of the file at path now. CORRAL_NOT_FOUND / CORRAL_IO naming the path when it cannot
+ * be read (stat). */
+corral_status image_file_stamp_read(const char *path, image_file_stamp *out, corral_error *err);
+
+/* Compare the file at path now with `then`. When it changed, why (may be NULL) gets what changed,
+ * e.g. "size 1048576 -> 524288 bytes" or "replaced by another file (inode 12 -> 40)" or "gone
+ * (No such file or directory)", NUL-terminated within why_size. Only stat(2): no reading. */
+image_file_change image_file_stamp_compare(const image_file_stamp *then, const char *path,
+                                           char *why, size_t why_size);
 
 /* ---- writing --------------------------------------------------------------------------------- */
 

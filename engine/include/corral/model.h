@@ -7,8 +7,8 @@
  *                want rearranged (16 rows interleaved): those are mapped from an image in the
  *                cache directory, made on the first load (model_params.cache_dir), or rearranged
  *                in memory at load without one; either way the process holds one copy of each
- *                weight. Immutable after model_load, so one model can serve many threads and
- *                sequences.
+ *                weight. Immutable after model_load (but for the mark of a fault: see
+ *                "Faults"), so one model can serve many threads and sequences.
  *   kv_cache     the attention keys and values of one sequence (a conversation), with the number
  *                of positions filled; it can be extended, truncated and copied.
  *   model_runner scratch buffers for one forward pass at a time (sized for a batch of tokens,
@@ -32,7 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "corral/fault.h"
 #include "corral/gguf.h"
+#include "corral/image.h"
 #include "corral/status.h"
 #include "corral/threadpool.h"
 #include "corral/tokenizer.h"
@@ -108,14 +110,43 @@ void model_destroy(model **m);
  * with CORRAL_FAILED_PRECONDITION until the restore. Idempotent.
  *
  * model_weights_restore binds the weights again as model_load does (mapping the cached image,
- * prefetched). It first checks that the file is the one the model was loaded from (device, inode,
- * size, modification and change times: stat, no reading): CORRAL_FAILED_PRECONDITION when it
- * changed or is gone (load the model anew), other errors as model_load's; the model stays
- * released on any error.
+ * prefetched). It first checks that the file is the one the model was loaded from
+ * (model_file_check): CORRAL_FAILED_PRECONDITION when it changed or is gone (load the model anew),
+ * other errors as model_load's; the model stays released on any error.
  * model_weights_resident: 0 between a release and a successful restore, else 1. */
 void model_weights_release(model *m);
 corral_status model_weights_restore(model *m, corral_error *err);
 int model_weights_resident(const model *m);
+
+/* Whether the model file is still the one the model was loaded from, by its stamp (image.h:
+ * device, inode, size, modification and change times; stat only, no reading). IMAGE_FILE_SAME;
+ * IMAGE_FILE_MODIFIED (rewritten, truncated or touched in place: the weights the model maps may
+ * now read differently, or fault), or IMAGE_FILE_REPLACED (another file, or none, at the path:
+ * the mapping still holds the old file) with err (may be NULL) a CORRAL_FAILED_PRECONDITION
+ * message naming the file and what changed. A model mapped from a changed file serves weights
+ * other than the file's: load it again. Thread-safe. */
+image_file_change model_file_check(const model *m, corral_error *err);
+
+/* A fingerprint of the model file as it was when loaded (image.h: path, size, modification time,
+ * inode, first and last 64 KiB), 16 hex digits; "" when the file could not be read for it (no
+ * image of the rearranged weights is then cached). What images made from the model's output
+ * (saved KV caches) tie themselves to: another file at the path, or this one changed, loads as a
+ * model with another fingerprint. Borrowed: valid until model_destroy. */
+const char *model_file_fingerprint(const model *m);
+
+/* Faults. The weights are read in place from mapped files; when one is truncated or cannot be
+ * read, the read raises SIGBUS. model_forward and model_forward_batch catch it (fault.h) and
+ * fail with CORRAL_IO naming the file, the byte and the file's size then and now; the model is
+ * then marked faulted for good: every later forward fails the same way (load the file anew).
+ *
+ * model_note_fault does the same for a fault that a caller caught itself while using the model
+ * outside a forward pass (its tokenizer's strings are in the file too): if fi->addr lies in one
+ * of the model's mappings the message names that file, else it says the address was outside
+ * them; either way the model is marked faulted. Returns CORRAL_IO with err filled.
+ * model_fault: the message of the model's first fault, or NULL while it has none. Borrowed: valid
+ * until model_destroy. Both thread-safe. */
+corral_status model_note_fault(const model *m, const fault_info *fi, corral_error *err);
+const char *model_fault(const model *m);
 
 /* Borrowed: valid until model_destroy. */
 const model_hparams *model_get_hparams(const model *m);
@@ -197,7 +228,8 @@ typedef enum model_logits {
  * model_forward_batch, with the same results bit for bit. n_tokens 0 does nothing. Errors: as
  * model_forward_batch's (CORRAL_INVALID_ARGUMENT for a token id outside the vocabulary or a cache
  * of another model, CORRAL_RESOURCE_EXHAUSTED when the tokens do not fit in the cache's context,
- * CORRAL_FAILED_PRECONDITION while the weights are released); nothing is appended on any error.
+ * CORRAL_FAILED_PRECONDITION while the weights are released, CORRAL_IO when a mapped weight could
+ * not be read or the model faulted before: see "Faults"); nothing is appended on any error.
  * Not thread-safe for the same runner or kv cache; different (runner, kv) pairs may run
  * concurrently on one model, except runners that share a thread pool (a pool runs one pass at a
  * time: see threadpool.h). */
@@ -230,9 +262,10 @@ typedef struct model_seq {
  * CORRAL_INVALID_ARGUMENT for a NULL kv or tokens, n_tokens 0, a cache of another model, the same
  * cache twice in one call, a token id outside the vocabulary; CORRAL_RESOURCE_EXHAUSTED when a
  * sequence does not fit its cache's context; CORRAL_FAILED_PRECONDITION while the weights are
- * released. Each message names the sequence (its index in seqs). seqs, their tokens and logits
- * are borrowed for the call. Thread-safety as model_forward's: one call at a time per runner and
- * per cache. */
+ * released; CORRAL_IO when the weights fault, now or before (see "Faults": then too, nothing is
+ * appended to any cache). Each message names the sequence (its index in seqs). seqs, their tokens
+ * and logits are borrowed for the call. Thread-safety as model_forward's: one call at a time per
+ * runner and per cache. */
 corral_status model_forward_batch(model_runner *r, const model_seq *seqs, uint32_t n_seqs,
                                   corral_error *err);
 

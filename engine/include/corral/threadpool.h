@@ -20,6 +20,13 @@
  * errors that the pool detects and answers by logging and aborting (it cannot return an error to
  * the thread that lost the race without corrupting the run in progress). A daemon owns one pool
  * and serializes its runs; different pools are independent.
+ *
+ * Faults. A threadpool_run_slices run may read memory-mapped files that break under it (SIGBUS,
+ * fault.h): each slice runs under a fault guard of the thread that runs it; a slice that faults
+ * stops there, the run ends normally once every slice is over, and the fault is then handed to
+ * the caller's innermost guard as if the caller had faulted (fault_deliver; without one, the
+ * process ends with SIGBUS as it would have without the pool). A threadpool_run (with barriers)
+ * cannot be cut short: a fault in it ends the process.
  */
 #ifndef CORRAL_THREADPOOL_H
 #define CORRAL_THREADPOOL_H
@@ -42,7 +49,8 @@ typedef void (*threadpool_fn)(void *arg, uint32_t ith, uint32_t nth);
  * (cpu_count_physical_cores). Caller owns the result (threadpool_destroy). NULL with err set:
  * CORRAL_INVALID_ARGUMENT when n_threads > THREADPOOL_MAX_THREADS, CORRAL_RESOURCE_EXHAUSTED when
  * a thread cannot be started, CORRAL_OUT_OF_MEMORY. The workers block every signal, so signals
- * go to the process's own threads. */
+ * go to the process's own threads (all but the signals of faults: SIGBUS, SIGSEGV, SIGFPE,
+ * SIGILL). Installs the SIGBUS handler (fault_init). */
 threadpool *threadpool_new(uint32_t n_threads, corral_error *err);
 
 /* Stop and join the workers and free the pool. NULL-safe; sets *p to NULL. Must not be called
