@@ -41,6 +41,9 @@ corral_require_module(PROTOBUF_C libprotobuf-c libprotobuf-c-dev)
 corral_require_module(YAML yaml-0.1 libyaml-dev)
 corral_require_module(JEMALLOC jemalloc libjemalloc-dev)
 corral_require_module(CHECK check check)
+# The HTTP front end of corrald (daemon/front_http*.c).
+corral_require_module(MHD libmicrohttpd libmicrohttpd-dev)
+corral_require_module(JANSSON jansson libjansson-dev)
 # Test-only: PCRE2 is the independent regex oracle of the constraint tests (tests/unit/
 # test_constraint.c); nothing that corral ships links it.
 corral_require_module(PCRE2 libpcre2-8 libpcre2-dev)
