@@ -618,6 +618,12 @@ static void take_events(front_http *f, hreq *r, job *j) {
     }
     if (!r->conn) {
         if (hreq_jobs_over(r)) {
+            if (r->j->final == JOB_FINAL_DONE)
+                log_info("http request ended after its client left",
+                         LOG_STR("request_id", r->request_id),
+                         LOG_STR("stop",
+                                 r->j->done.stop == CORE_STOP_CANCELLED ? "cancelled" : "finished"),
+                         LOG_UINT("generated_tokens", r->j->done.generated_tokens));
             inflight_unlink(f, r);
             hreq_free(r);
         }
