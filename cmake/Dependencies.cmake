@@ -49,6 +49,9 @@ corral_require_module(JANSSON jansson libjansson-dev)
 corral_require_module(PCRE2 libpcre2-8 libpcre2-dev)
 corral_require_program(CORRAL_PROTOC_C protoc-c protobuf-c-compiler)
 corral_require_program(CORRAL_PROTOC protoc protobuf-compiler)
+# Test-only: node and npm run the official HTTP clients of tests/http/.
+corral_require_program(CORRAL_NODE node nodejs)
+corral_require_program(CORRAL_NPM npm npm)
 
 if(CORRAL_MISSING_PACKAGES)
     message(FATAL_ERROR "corral: missing dependencies:${CORRAL_MISSING_DETAILS}\n"
