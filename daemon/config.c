@@ -455,8 +455,8 @@ static const cfg_option root_options[] = {
      .max = 3600000,
      .default_value = "10000",
      NO_HAS,
-     .doc = "time a client has to send a whole request, headers and body (slow clients are "
-            "disconnected, or get 408)"},
+     .doc = "time a client has to send a request's body once its headers are in (slower "
+            "clients are disconnected)"},
     {.path = "http.idle_timeout_ms",
      .type = CFG_TYPE_INT,
      .offset = offsetof(cfg, http_idle_timeout_ms),
@@ -464,7 +464,8 @@ static const cfg_option root_options[] = {
      .max = 3600000,
      .default_value = "60000",
      NO_HAS,
-     .doc = "an idle keep-alive connection is closed after this"},
+     .doc = "an idle keep-alive connection, or one still sending a request's headers, is closed "
+            "after this"},
     {.path = "http.max_connections",
      .type = CFG_TYPE_INT,
      .offset = offsetof(cfg, http_max_connections),

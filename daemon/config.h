@@ -134,8 +134,8 @@ typedef struct cfg {
     char **http_cors; /* origins allowed to call from a browser ("*": any) */
     size_t n_http_cors;
     uint64_t http_max_body_bytes;
-    int64_t http_request_timeout_ms; /* to receive a whole request (headers and body) */
-    int64_t http_idle_timeout_ms;    /* an idle keep-alive connection is closed after this */
+    int64_t http_request_timeout_ms; /* to receive a request's body */
+    int64_t http_idle_timeout_ms;    /* idle, or still sending headers: closed after this */
     int64_t http_max_connections;
     /* models and apps */
     cfg_model *models;

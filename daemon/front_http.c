@@ -69,6 +69,7 @@ typedef struct hconn {
     int64_t waiting_since_us; /* connect, or the end of its last request */
     bool in_request;          /* the access handler has seen a request's headers */
     bool shut;                /* shut down for being too slow */
+    hreq *r;                  /* the request being received or answered, or NULL */
     struct hconn *prev, *next;
 } hconn;
 
@@ -817,7 +818,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         r->hc = ci ? ci->socket_context : NULL;
-        if (r->hc) r->hc->in_request = true;
+        if (r->hc) r->hc->in_request = true, r->hc->r = r;
         snprintf(r->path, sizeof r->path, "%s", url);
         const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
         size_t rid_len = rid ? strlen(rid) : 0;
@@ -859,27 +860,23 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         return MHD_YES;
     }
     if (*upload_size) {
-        http_problem p = {0};
-        if (r->body.len + *upload_size > r->f->config->http_max_body_bytes) {
-            *upload_size = 0;
-            http_fail(&p, 413, NULL,
-                      "the request body is larger than %llu bytes "
-                      "(http.max_body_bytes)",
-                      (unsigned long long)f->config->http_max_body_bytes);
-            return answer_problem(r, &p);
+        /* A body that outgrows the limit is read to its end and dropped (libmicrohttpd queues no
+         * answer while a body arrives), then refused; a body that takes too long is cut off by
+         * check_liveness. */
+        if (!r->body_too_big && r->body.len + *upload_size > f->config->http_max_body_bytes) {
+            r->body_too_big = true;
+            hbuf_free(&r->body);
         }
-        if (mono_us() - r->started_us > f->config->http_request_timeout_ms * 1000) {
-            *upload_size = 0;
-            http_fail(&p, 408, NULL,
-                      "the request body did not arrive within %lld ms "
-                      "(http.request_timeout_ms)",
-                      (long long)f->config->http_request_timeout_ms);
-            return answer_problem(r, &p);
-        }
-        hbuf_append(&r->body, upload, *upload_size);
+        if (!r->body_too_big) hbuf_append(&r->body, upload, *upload_size);
         *upload_size = 0;
         if (r->body.failed) return MHD_NO;
         return MHD_YES;
+    }
+    if (r->body_too_big) {
+        http_problem p = {0};
+        http_fail(&p, 413, NULL, "the request body is larger than %llu bytes (http.max_body_bytes)",
+                  (unsigned long long)f->config->http_max_body_bytes);
+        return answer_problem(r, &p);
     }
     /* The body is complete, or the core has answered (the connection was resumed). */
     if (r->gone) return MHD_NO;
@@ -898,6 +895,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!r) return;
     if (r->hc) {
         r->hc->in_request = false;
+        r->hc->r = NULL;
         r->hc->waiting_since_us = mono_us();
     }
     r->conn = NULL;
@@ -977,14 +975,23 @@ static void check_liveness(front_http *f) {
         }
     }
     /* A connection that takes longer than the idle timeout to send a request's headers trickles
-     * them (MHD's own timeout restarts with every byte): shut it down; MHD then closes it. */
+     * them (MHD's own timeout restarts with every byte), and one whose body is still coming after
+     * http.request_timeout_ms is as slow: shut them down; MHD then closes them. */
     const int64_t header_limit = f->config->http_idle_timeout_ms * 1000;
-    for (hconn *hc = f->conns; hc; hc = hc->next)
-        if (!hc->in_request && !hc->shut && hc->fd >= 0 &&
-            now - hc->waiting_since_us > header_limit) {
+    const int64_t body_limit = f->config->http_request_timeout_ms * 1000;
+    for (hconn *hc = f->conns; hc; hc = hc->next) {
+        if (hc->shut || hc->fd < 0) continue;
+        const bool slow_headers = !hc->in_request && now - hc->waiting_since_us > header_limit;
+        const bool slow_body = hc->in_request && hc->r && !hc->r->j && !hc->r->queued &&
+                               !hc->r->finished && now - hc->r->started_us > body_limit;
+        if (slow_headers || slow_body) {
+            log_info(slow_headers ? "http client too slow to send its headers: disconnected"
+                                  : "http client too slow to send its body: disconnected",
+                     LOG_STR("path", hc->r ? hc->r->path : ""));
             hc->shut = true;
             shutdown(hc->fd, SHUT_RDWR);
         }
+    }
 }
 
 /* ---- setup and the loop ---------------------------------------------------------------------- */

@@ -55,6 +55,7 @@ typedef struct hreq {
     const http_route *route;
     struct MHD_Connection *conn; /* NULL once the connection is gone (the job may still run) */
     struct hconn *hc;
+
     char path[160];      /* the URL path (routes with a parameter read it) */
     char origin[256];    /* CORS: the allowed Origin to echo, or "" */
     char request_id[80]; /* X-Request-Id: the client's, or one made up */
