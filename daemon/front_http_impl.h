@@ -71,6 +71,9 @@ typedef struct hreq {
     const char **stops;
     char *text_arg; /* a prompt the translation had to build (owned) */
     bool stream, include_usage, chat, ollama;
+    bool logprobs;         /* OpenAI logprobs asked for */
+    uint32_t top_logprobs; /* alternatives per token */
+    uint64_t text_offset;  /* completions' logprobs: bytes of text before this piece */
     http_residency residency;
     bool residency_only; /* Ollama: a generate without a prompt only loads or unloads */
     char model[128];

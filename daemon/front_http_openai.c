@@ -13,6 +13,7 @@
  * fixed prefix and the escaped text, so a streamed token costs no JSON tree. The usage object
  * carries the core's Done figures under usage.corral.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,12 +46,6 @@ static bool refuse_unsupported(json_t *body, http_problem *p) {
     if ((v = json_object_get(body, "logit_bias")) && !json_is_null(v) &&
         !(json_is_object(v) && json_object_size(v) == 0))
         return http_fail(p, 400, "logit_bias", "logit_bias is not supported");
-    if ((v = json_object_get(body, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
-        return http_fail(p, 400, "logprobs", "logprobs are not supported yet");
-    if ((v = json_object_get(body, "top_logprobs")) && !json_is_null(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
-        return http_fail(p, 400, "top_logprobs", "top_logprobs are not supported yet");
     if ((v = json_object_get(body, "echo")) && json_is_true(v))
         return http_fail(p, 400, "echo", "echo is not supported");
     if ((v = json_object_get(body, "suffix")) && !json_is_null(v) &&
@@ -130,6 +125,20 @@ static bool read_common(hreq *r, json_t *body, core_generate *g, http_problem *p
     if (!http_get_int(body, "seed", INT64_MIN, INT64_MAX, &i64, &has, p)) return false;
     if (has) s->has_seed = true, s->seed = (uint64_t)i64;
     if (!http_get_stops(r, json_object_get(body, "stop"), "stop", g, p)) return false;
+    /* logprobs: chat takes a boolean and top_logprobs (0-20), completions a number (0-5) of
+     * alternatives. */
+    if (r->chat) {
+        if (!http_get_bool(body, "logprobs", &r->logprobs, p)) return false;
+        if (!http_get_int(body, "top_logprobs", 0, 20, &i64, &has, p)) return false;
+        if (has && i64 > 0 && !r->logprobs)
+            return http_fail(p, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+        if (has) r->top_logprobs = (uint32_t)i64;
+    } else {
+        if (!http_get_int(body, "logprobs", 0, 5, &i64, &has, p)) return false;
+        if (has) r->logprobs = true, r->top_logprobs = (uint32_t)i64;
+    }
+    g->logprobs = r->logprobs;
+    g->top_logprobs = r->top_logprobs;
     return http_get_corral_extras(json_object_get(body, "corral"), g, p);
 }
 
@@ -281,6 +290,83 @@ static void usage(hreq *r) {
     hbuf_puts(&r->out, "}}");
 }
 
+/* ---- log-probabilities ---------------------------------------------------------------------- */
+
+static void put_logprob(hbuf *b, float lp) {
+    hbuf_printf(b, "%.6g", isfinite(lp) ? (double)lp : -9999.0);
+}
+
+/* `"token":"...","logprob":x,"bytes":[...]` of one entry. */
+static void put_token(hbuf *b, const job_text *t, const job_logprob *e) {
+    const char *text = t->lp_text + e->text_off;
+    hbuf_puts(b, "\"token\":\"");
+    hbuf_json_escape(b, text, e->text_len);
+    hbuf_puts(b, "\",\"logprob\":");
+    put_logprob(b, e->logprob);
+    hbuf_puts(b, ",\"bytes\":[");
+    for (uint32_t i = 0; i < e->text_len; i++) hbuf_printf(b, i ? ",%u" : "%u", (uint8_t)text[i]);
+    hbuf_puts(b, "]");
+}
+
+/* The logprobs of the tokens in t: chat's {"content": [...]}, or completions' {tokens,
+ * token_logprobs, top_logprobs, text_offset}; "null" when none were asked for (or the entries do
+ * not line up with the ids, which cannot happen). */
+static void put_logprobs(hreq *r, const job_text *t) {
+    const size_t stride = 1 + r->top_logprobs;
+    hbuf *b = &r->out;
+    if (!r->logprobs || t->n_lps != t->n_ids * stride) {
+        hbuf_puts(b, "null");
+        return;
+    }
+    if (r->chat) {
+        hbuf_puts(b, "{\"content\":[");
+        for (size_t i = 0; i < t->n_ids; i++) {
+            const job_logprob *e = &t->lps[i * stride];
+            hbuf_puts(b, i ? ",{" : "{");
+            put_token(b, t, e);
+            hbuf_puts(b, ",\"top_logprobs\":[");
+            for (size_t k = 1; k < stride; k++) {
+                hbuf_puts(b, k > 1 ? ",{" : "{");
+                put_token(b, t, &e[k]);
+                hbuf_puts(b, "}");
+            }
+            hbuf_puts(b, "]}");
+        }
+        hbuf_puts(b, "],\"refusal\":null}");
+        return;
+    }
+    hbuf_puts(b, "{\"tokens\":[");
+    for (size_t i = 0; i < t->n_ids; i++) {
+        const job_logprob *e = &t->lps[i * stride];
+        hbuf_puts(b, i ? ",\"" : "\"");
+        hbuf_json_escape(b, t->lp_text + e->text_off, e->text_len);
+        hbuf_puts(b, "\"");
+    }
+    hbuf_puts(b, "],\"token_logprobs\":[");
+    for (size_t i = 0; i < t->n_ids; i++) {
+        if (i) hbuf_puts(b, ",");
+        put_logprob(b, t->lps[i * stride].logprob);
+    }
+    hbuf_puts(b, "],\"top_logprobs\":[");
+    for (size_t i = 0; i < t->n_ids; i++) {
+        hbuf_puts(b, i ? ",{" : "{");
+        for (size_t k = 1; k < stride; k++) {
+            const job_logprob *e = &t->lps[i * stride + k];
+            hbuf_puts(b, k > 1 ? ",\"" : "\"");
+            hbuf_json_escape(b, t->lp_text + e->text_off, e->text_len);
+            hbuf_puts(b, "\":");
+            put_logprob(b, e->logprob);
+        }
+        hbuf_puts(b, "}");
+    }
+    hbuf_puts(b, "],\"text_offset\":[");
+    for (size_t i = 0; i < t->n_ids; i++) {
+        hbuf_printf(b, i ? ",%llu" : "%llu", (unsigned long long)r->text_offset);
+        r->text_offset += t->lps[i * stride].text_len;
+    }
+    hbuf_puts(b, "]}");
+}
+
 /* One SSE chunk: `delta` is written by the caller between the two halves. */
 static void chunk_begin(hreq *r) {
     hbuf_puts(&r->out, "data: ");
@@ -288,8 +374,13 @@ static void chunk_begin(hreq *r) {
     hbuf_puts(&r->out, "\"choices\":[{\"index\":0,");
 }
 
-static void chunk_end(hreq *r, const char *finish_reason) {
-    hbuf_puts(&r->out, ",\"logprobs\":null,\"finish_reason\":");
+static void chunk_end(hreq *r, const job_text *t, const char *finish_reason) {
+    hbuf_puts(&r->out, ",\"logprobs\":");
+    if (t)
+        put_logprobs(r, t);
+    else
+        hbuf_puts(&r->out, "null");
+    hbuf_puts(&r->out, ",\"finish_reason\":");
     if (finish_reason)
         hbuf_printf(&r->out, "\"%s\"", finish_reason);
     else
@@ -303,17 +394,17 @@ static void chunk_end(hreq *r, const char *finish_reason) {
 static void chat_role_chunk(hreq *r) {
     chunk_begin(r);
     hbuf_puts(&r->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}");
-    chunk_end(r, NULL);
+    chunk_end(r, NULL, NULL);
 }
 
 static void stream_chunk(hreq *r, const char *text, size_t len) {
     if (!r->started && r->chat) chat_role_chunk(r);
-    if (!len) return;
+    if (!len && !(r->logprobs && r->text.n_ids)) return;
     chunk_begin(r);
     hbuf_puts(&r->out, r->chat ? "\"delta\":{\"content\":\"" : "\"text\":\"");
     http_escape_stream_text(r, text, len, false);
     hbuf_puts(&r->out, r->chat ? "\"}" : "\"");
-    chunk_end(r, NULL);
+    chunk_end(r, &r->text, NULL);
 }
 
 static void generate_finish(hreq *r) {
@@ -324,7 +415,7 @@ static void generate_finish(hreq *r) {
         hbuf_puts(&r->out, r->chat ? "\"delta\":{\"content\":\"" : "\"text\":\"");
         http_escape_stream_text(r, "", 0, true); /* a cut character at the very end */
         hbuf_puts(&r->out, r->chat ? "\"}" : "\"");
-        chunk_end(r, reason);
+        chunk_end(r, NULL, reason);
         if (r->include_usage) {
             hbuf_puts(&r->out, "data: ");
             head(r, r->chat ? "chat.completion.chunk" : "text_completion");
@@ -341,8 +432,9 @@ static void generate_finish(hreq *r) {
                                  "\"content\":\""
                                : "\"choices\":[{\"index\":0,\"text\":\"");
     http_escape_stream_text(r, r->text.text, r->text.len, true);
-    hbuf_puts(&r->out, r->chat ? "\",\"refusal\":null}," : "\",");
-    hbuf_printf(&r->out, "\"logprobs\":null,\"finish_reason\":\"%s\"}],", reason);
+    hbuf_puts(&r->out, r->chat ? "\",\"refusal\":null},\"logprobs\":" : "\",\"logprobs\":");
+    put_logprobs(r, &r->text);
+    hbuf_printf(&r->out, ",\"finish_reason\":\"%s\"}],", reason);
     usage(r);
     hbuf_puts(&r->out, "}");
 }

@@ -171,7 +171,8 @@ test('errors: OpenAI-shaped, with the status and the field named', async () => {
     [{ max_tokens: 0 }, 'max_tokens'],
     [{ messages: [{ role: 'tool', content: 'x' }] }, 'messages[0].role'],
     [{ corral: { priority: 'urgent' } }, 'corral.priority'],
-    [{ logprobs: true }, 'logprobs'],
+    [{ logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
+    [{ top_logprobs: 2 }, 'top_logprobs'],
   ]) {
     await assert.rejects(chat(extra), (e) => {
       assert.ok(e instanceof OpenAI.BadRequestError, `${JSON.stringify(extra)}: ${e}`);
@@ -186,6 +187,49 @@ test('errors: OpenAI-shaped, with the status and the field named', async () => {
   assert.equal(ok.choices.length, 1);
   // A stream that fails before its first token is an HTTP error, not a stream.
   await assert.rejects(chat({ model: 'nope', stream: true }), (e) => e instanceof OpenAI.NotFoundError);
+});
+
+test('logprobs: per token, with alternatives, whole and streamed', async () => {
+  const body = {
+    model: 'stories',
+    messages: [{ role: 'user', content: PROMPT }],
+    max_tokens: 10,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 3,
+  };
+  const whole = await client.chat.completions.create(body);
+  const content = whole.choices[0].logprobs.content;
+  assert.equal(content.length, 10);
+  for (const t of content) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+    // Greedy: the token taken is the most likely one.
+    assert.equal(t.top_logprobs[0].token, t.token);
+    assert.equal(t.top_logprobs[0].logprob, t.logprob);
+    assert.ok(t.top_logprobs[1].logprob <= t.top_logprobs[0].logprob);
+    assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+  }
+  assert.equal(content.map((t) => t.token).join(''), whole.choices[0].message.content);
+  const stream = await client.chat.completions.create({ ...body, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) {
+    if (chunk.choices[0]?.logprobs) streamed.push(...chunk.choices[0].logprobs.content);
+  }
+  assert.deepEqual(streamed, content);
+  // The legacy completions shape: tokens, token_logprobs, top_logprobs, text_offset.
+  const c = await client.completions.create({
+    model: 'stories', prompt: PROMPT, max_tokens: 5, temperature: 0, logprobs: 2,
+  });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 5);
+  assert.equal(lp.tokens.join(''), c.choices[0].text);
+  assert.equal(lp.text_offset[0], 0);
+  assert.equal(lp.text_offset[1], lp.tokens[0].length);
+  assert.equal(Object.keys(lp.top_logprobs[0]).length, 2);
+  // Without asking, none.
+  const plain = await client.chat.completions.create({ ...body, logprobs: false, top_logprobs: 0 });
+  assert.equal(plain.choices[0].logprobs, null);
 });
 
 test('corral extras: priority, session and regex constraint', async () => {
