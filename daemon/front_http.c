@@ -36,6 +36,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -674,6 +675,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         hc->fd = ci ? ci->connect_fd : -1;
+        /* Streams write a small chunk per token: without this, Nagle's algorithm holds a chunk
+         * back until the client acknowledges the one before (up to its delayed-ACK timeout). */
+        const int one = 1;
+        if (hc->fd >= 0) setsockopt(hc->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         hc->waiting_since_us = mono_us();
         hc->next = f->conns;
         if (f->conns) f->conns->prev = hc;
