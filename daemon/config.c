@@ -473,7 +473,7 @@ static const cfg_option root_options[] = {
      .max = 65536,
      .default_value = "512",
      NO_HAS,
-     .doc = "connections served at once; more wait in the kernel's backlog"},
+     .doc = "connections served at once; beyond it new ones are closed at once"},
     {.path = "models",
      .type = CFG_TYPE_LIST,
      .offset = offsetof(cfg, models),

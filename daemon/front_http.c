@@ -204,7 +204,7 @@ static void cancel_request(front_http *f, hreq *r, job_cancel why) {
     int expected = JOB_CANCEL_NONE;
     atomic_compare_exchange_strong(&r->j->cancel, &expected, why);
     atomic_store(&r->j->paused, 0);
-    core_poke(f->core);
+    if (f->core) core_poke(f->core); /* NULL once the core is gone (front_http_destroy) */
 }
 
 static void resume(hreq *r) {
@@ -265,7 +265,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             r->paused_since_us = 0;
             if (r->j && !r->final_taken) {
                 atomic_store(&r->j->paused, 0);
-                core_poke(r->f->core);
+                if (r->f->core) core_poke(r->f->core);
                 /* What the core queued while we held back is taken now: it may not wake us
                  * again. */
                 take_events(r->f, r, r->j);
@@ -916,6 +916,9 @@ void front_http_destroy(front_http **pf) {
     if (!pf || !*pf) return;
     front_http *f = *pf;
     front_http_stop(f);
+    /* The core is destroyed by now (or never started): closing connections below must not poke
+     * it. */
+    f->core = NULL;
     /* MHD must not stop with suspended connections: resume them all, as gone. */
     for (hreq *r = f->inflight; r; r = r->next) {
         r->gone = true;
