@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import corrald_path, read_shared_text, shared_path, stories_config
+from conftest import corrald_path, read_shared_text, running_corrald, shared_path, stories_config
 
 PROMPT = "Once upon a time"
 
@@ -265,6 +265,29 @@ def test_client_disconnect_mid_stream_cancels_the_generation(api):
         time.sleep(0.05)
     assert lines, daemon.log()
     assert "stop=cancelled" in lines[0]
+
+
+def test_stop_with_http_requests_in_flight():
+    """SIGTERM while a stream is stalled (its client stopped reading), a connection idles and
+    another is halfway through its headers: corrald still exits 0 within the fixture's 5 s."""
+    port = free_port()
+    sockets = []
+    with running_corrald(http_config(port)) as daemon:
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", port))
+        body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": 2000,
+                           "temperature": 0, "stream": True}).encode()
+        stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                        + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert stalled.recv(64).startswith(b"HTTP/1.1 200")
+        idle = socket.create_connection(("127.0.0.1", port))
+        partial = socket.create_connection(("127.0.0.1", port))
+        partial.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        sockets += [stalled, idle, partial]
+        assert daemon.process.poll() is None
+    for s in sockets:
+        s.close()
 
 
 def test_cors_preflight_and_origin(api):
