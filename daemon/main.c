@@ -41,6 +41,8 @@ static void print_usage(FILE *out) {
             "                         else /etc/corral/corral.yaml, else built-in defaults\n"
             "  -l, --listen ENDPOINT  bind ENDPOINT instead of the config's `listen` list;\n"
             "                         repeat for several (ipc://PATH or tcp://127.0.0.1:PORT)\n"
+            "                         (the OpenAI/Ollama HTTP API listens on the config's\n"
+            "                         http.listen, e.g. 127.0.0.1:11435)\n"
             "      --log-level LEVEL  error, warn, info, debug or trace (overrides\n"
             "                         $CORRAL_LOG_LEVEL and the config's log_level)\n"
             "      --check-config     load and check the configuration, print the result, exit\n"
