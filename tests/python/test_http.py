@@ -334,6 +334,18 @@ def test_bearer_keys_map_to_apps(start_corrald, tmp_path):
     assert resp.status == 200
 
 
+def test_ipv6_loopback_address(start_corrald):
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    start_corrald(f'http: {{listen: ["[::1]:{port}"]}}\n' + stories_config())
+    conn = http.client.HTTPConnection("::1", port, timeout=30)
+    conn.request("GET", "/v1/models")
+    r = conn.getresponse()
+    assert r.status == 200 and json.loads(r.read())["data"][0]["id"] == "stories"
+    conn.close()
+
+
 def check_config(tmp_path, body: str) -> subprocess.CompletedProcess:
     path = tmp_path / "check.yaml"
     path.write_text(f'listen: ["ipc://{tmp_path}/s/c.sock"]\n' + body)
