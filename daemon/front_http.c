@@ -1,8 +1,8 @@
 /*
  * front_http.c — the HTTP front end's mechanics (see front_http.h): the libmicrohttpd daemons and
- * the thread that drives them, connections and their limits, bearer keys, CORS, routing, and the
- * life of a request from its body to its last byte. What the bodies mean is in
- * front_http_openai.c and front_http_ollama.c (front_http_impl.h).
+ * the thread that drives them, connections and their limits, routing, and the life of a request
+ * from its body to its last byte. Who may call is in front_http_access.c (keys, CORS); what the
+ * bodies mean in front_http_openai.c and front_http_ollama.c (front_http_impl.h).
  *
  * Why an external poll loop on a thread of our own rather than MHD's internal polling thread: the
  * core reports events through a sink whose notify callback may only write an eventfd, and taking
@@ -56,9 +56,6 @@
 
 enum {
     HTTP_MAX_ADDRESSES = 16,
-    HTTP_MAX_KEYS = 256,
-    HTTP_KEY_MIN = 16,
-    HTTP_KEY_MAX = 512,
     HTTP_SHUTDOWN_GRACE_MS = 1500,
     HTTP_TICK_MS = 100,
     HTTP_OUT_HIGH = 64 * 1024, /* a stream's unsent bytes beyond which its job is paused */
@@ -74,12 +71,6 @@ typedef struct hconn {
     struct hconn *prev, *next;
 } hconn;
 
-typedef struct hkey {
-    char key[HTTP_KEY_MAX];
-    size_t len;
-    char app[64];
-} hkey;
-
 struct front_http {
     const cfg *config;
     core *core;
@@ -88,8 +79,7 @@ struct front_http {
     struct MHD_Daemon *daemons[HTTP_MAX_ADDRESSES];
     char *addresses[HTTP_MAX_ADDRESSES];
     size_t n_daemons;
-    hkey *keys;
-    size_t n_keys;
+    http_keys *keys;
     hreq *inflight; /* requests with a job not yet finished or freed */
     hconn *conns;
     uint64_t next_id;
@@ -110,45 +100,6 @@ static void notify_event_fd(void *ctx) {
     const uint64_t one = 1;
     if (write(f->event_fd, &one, sizeof one) < 0 && errno != EAGAIN)
         log_warn("cannot wake the HTTP front end", LOG_STR("error", strerror(errno)));
-}
-
-/* ---- keys ------------------------------------------------------------------------------------ */
-
-static corral_status read_key(const cfg_http_key *k, hkey *out, corral_error *err) {
-    FILE *fp = fopen(k->key_file, "r");
-    if (!fp)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "http.keys: key file %s: %s",
-                                k->key_file, strerror(errno));
-    char line[HTTP_KEY_MAX + 2];
-    const bool got = fgets(line, sizeof line, fp) != NULL;
-    fclose(fp);
-    size_t len = got ? strcspn(line, "\r\n") : 0;
-    line[len] = '\0';
-    if (len < HTTP_KEY_MIN || len >= HTTP_KEY_MAX)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "http.keys: key file %s: the first line must hold a key of %d to "
-                                "%d bytes",
-                                k->key_file, HTTP_KEY_MIN, HTTP_KEY_MAX - 1);
-    for (size_t i = 0; i < len; i++)
-        if ((uint8_t)line[i] <= 0x20 || (uint8_t)line[i] >= 0x7F)
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "http.keys: key file %s: the key must be printable ASCII "
-                                    "without spaces",
-                                    k->key_file);
-    if (strlen(k->app) >= sizeof out->app)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "http.keys: app name '%s' is longer than 63 bytes", k->app);
-    memcpy(out->key, line, len + 1);
-    out->len = len;
-    snprintf(out->app, sizeof out->app, "%s", k->app);
-    return CORRAL_OK;
-}
-
-/* Compare without an early exit, so the time taken says nothing about where keys differ. */
-static bool key_equal(const hkey *k, const char *given, size_t len) {
-    uint8_t diff = (uint8_t)(k->len != len);
-    for (size_t i = 0; i < k->len; i++) diff |= (uint8_t)(k->key[i] ^ (i < len ? given[i] : 0));
-    return diff == 0;
 }
 
 /* ---- routing --------------------------------------------------------------------------------- */
@@ -408,87 +359,6 @@ static void deliver_events(front_http *f) {
 
 /* ---- the access handler ---------------------------------------------------------------------- */
 
-static bool is_loopback_peer(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (!ci || !ci->client_addr) return false;
-    const struct sockaddr *sa = ci->client_addr;
-    if (sa->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    if (sa->sa_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(a)) return true;
-        if (IN6_IS_ADDR_V4MAPPED(a)) return a->s6_addr[12] == 127;
-    }
-    return false;
-}
-
-/* The app a request runs as, from its Authorization header. */
-static bool authenticate(front_http *f, hreq *r, http_problem *p) {
-    const char *auth = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-    if (!auth || !auth[0]) {
-        if (!is_loopback_peer(r->conn))
-            return http_fail(p, 401, NULL,
-                             "an API key is required from beyond this machine (Authorization: "
-                             "Bearer KEY)");
-        r->app[0] = '\0';
-        return true;
-    }
-    if (strncasecmp(auth, "Bearer ", 7) != 0)
-        return http_fail(p, 401, NULL, "the Authorization header must be 'Bearer KEY'");
-    const char *key = auth + 7;
-    while (*key == ' ') key++;
-    const size_t len = strlen(key);
-    for (size_t i = 0; i < f->n_keys; i++)
-        if (key_equal(&f->keys[i], key, len)) {
-            snprintf(r->app, sizeof r->app, "%s", f->keys[i].app);
-            return true;
-        }
-    /* A loopback client without configured keys sends what its library always sends (the openai
-     * client requires some key): serve it as the default app. */
-    if (f->n_keys == 0 && is_loopback_peer(r->conn)) {
-        r->app[0] = '\0';
-        return true;
-    }
-    return http_fail(p, 401, NULL, "incorrect API key");
-}
-
-static void set_origin(front_http *f, hreq *r) {
-    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
-    if (!origin) return;
-    for (size_t i = 0; i < f->config->n_http_cors; i++)
-        if (strcmp(f->config->http_cors[i], "*") == 0 ||
-            strcmp(f->config->http_cors[i], origin) == 0) {
-            snprintf(r->origin, sizeof r->origin, "%s",
-                     strcmp(f->config->http_cors[i], "*") == 0 ? "*" : origin);
-            return;
-        }
-}
-
-/* A CORS preflight. */
-static enum MHD_Result answer_preflight(hreq *r) {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-    if (r->origin[0]) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                "Authorization, Content-Type, X-Request-Id, OpenAI-Organization, "
-                                "OpenAI-Project, X-Stainless-Lang, X-Stainless-Package-Version, "
-                                "X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, "
-                                "X-Stainless-Runtime-Version, X-Stainless-Retry-Count, "
-                                "X-Stainless-Timeout");
-        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-        MHD_add_response_header(resp, "Vary", "Origin");
-    }
-    r->queued = true;
-    const enum MHD_Result rc = MHD_queue_response(r->conn, r->origin[0] ? 204 : 403, resp);
-    MHD_destroy_response(resp);
-    return rc;
-}
-
 /* The whole body is in: check it, translate it, submit the job. Returns the MHD result of
  * answering at once, or MHD_YES after suspending the connection. */
 static enum MHD_Result start_request(front_http *f, hreq *r) {
@@ -584,8 +454,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         else
             snprintf(r->request_id, sizeof r->request_id, "corral-%llx-%llx",
                      (unsigned long long)r->started_us, (unsigned long long)++f->next_id);
-        set_origin(f, r);
-        if (strcmp(method, "OPTIONS") == 0) return answer_preflight(r);
+        http_cors_origin(f->config, conn, r->origin, sizeof r->origin);
+        if (strcmp(method, "OPTIONS") == 0) return http_answer_preflight(r);
         bool wrong_method;
         r->route = find_route(method, url, &wrong_method);
         http_problem p = {0};
@@ -597,7 +467,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             p.code = CORRAL_NOT_FOUND;
             return answer_problem(r, &p);
         }
-        if (!authenticate(f, r, &p)) return answer_problem(r, &p);
+        if (!http_authenticate(f->keys, conn, r->app, sizeof r->app, &p))
+            return answer_problem(r, &p);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > f->config->http_max_body_bytes) {
             http_fail(&p, 413, NULL,
@@ -801,20 +672,7 @@ front_http *front_http_new(const cfg *c, corral_error *err) {
     f->event_fd = -1;
     atomic_init(&f->stop, false);
     if (c->n_http_listen == 0) return f;
-    if (c->n_http_keys > HTTP_MAX_KEYS) {
-        corral_error_set(err, CORRAL_INVALID_ARGUMENT, "http.keys: more than %d keys",
-                         HTTP_MAX_KEYS);
-        goto fail;
-    }
-    f->keys = calloc(c->n_http_keys ? c->n_http_keys : 1, sizeof *f->keys);
-    if (!f->keys) {
-        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < c->n_http_keys; i++) {
-        if (read_key(&c->http_keys[i], &f->keys[i], err) != CORRAL_OK) goto fail;
-        f->n_keys++;
-    }
+    if (!(f->keys = http_keys_load(c, err))) goto fail;
     f->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (f->event_fd < 0) {
         corral_error_set(err, CORRAL_INTERNAL, "eventfd: %s", strerror(errno));
@@ -941,7 +799,7 @@ void front_http_destroy(front_http **pf) {
     }
     core_sink_destroy(&f->sink);
     if (f->event_fd >= 0) close(f->event_fd);
-    free(f->keys);
+    http_keys_destroy(&f->keys);
     free(f);
     *pf = NULL;
 }

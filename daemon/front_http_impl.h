@@ -13,6 +13,7 @@
 #define CORRAL_DAEMON_FRONT_HTTP_IMPL_H
 
 #include <jansson.h>
+#include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,6 +129,28 @@ struct http_route {
     /* The end: the job's final event (r->j->final) as the whole body or the stream's last lines. */
     void (*finish)(hreq *r);
 };
+
+/* ---- access (front_http_access.c) ----------------------------------------------------------- */
+
+/* The bearer keys of http.keys, read from their files. Caller owns the result
+ * (http_keys_destroy). NULL with err naming the key file at fault. */
+typedef struct http_keys http_keys;
+http_keys *http_keys_load(const cfg *c, corral_error *err);
+/* Free (and wipe) the keys. NULL-safe; sets *k to NULL. */
+void http_keys_destroy(http_keys **k);
+
+/* The app a request runs as (app_size bytes at app; "" for the default app) from its
+ * Authorization header: a configured key gives its app; no key is the default app from a loopback
+ * peer only; anything else is false with a 401 in *p. */
+bool http_authenticate(const http_keys *keys, struct MHD_Connection *conn, char *app,
+                       size_t app_size, http_problem *p);
+
+/* CORS: the value of Access-Control-Allow-Origin for the request's Origin ("" when it is not
+ * allowed by http.cors, or the request has none). */
+void http_cors_origin(const cfg *c, struct MHD_Connection *conn, char *out, size_t size);
+
+/* Answer an OPTIONS preflight: 204 with the CORS headers for an allowed origin, else 403. */
+enum MHD_Result http_answer_preflight(hreq *r);
 
 /* The routes of each API (NULL-terminated by a route without method). */
 extern const http_route http_openai_routes[];
