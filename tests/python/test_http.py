@@ -290,6 +290,45 @@ def test_stop_with_http_requests_in_flight():
         s.close()
 
 
+def open_stalled_stream(port: int, max_tokens: int = 2000) -> socket.socket:
+    """A stream whose client reads its headers and then stops reading (a tiny receive buffer):
+    its request stays in flight until the socket closes."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": max_tokens,
+                       "temperature": 0, "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert s.recv(64).startswith(b"HTTP/1.1 200")
+    return s
+
+
+def test_deadline_is_408_and_full_queue_is_429(start_corrald):
+    port = free_port()
+    start_corrald(http_config(port, tail="limits: {queue_per_model: 1}\n"))
+    # 2,000 tokens take stories about a second and a half; the deadline is 20 ms.
+    resp, payload = request(port, "POST", "/v1/completions",
+                            {"model": "stories", "prompt": PROMPT, "max_tokens": 2000,
+                             "temperature": 0, "corral": {"deadline_ms": 20}})
+    assert resp.status == 408, payload
+    err = error_of(payload)
+    assert err["type"] == "timeout_error" and "deadline" in err["message"]
+    # One request in flight fills the model's queue: the next is refused at once.
+    stalled = open_stalled_stream(port)
+    try:
+        resp, payload = request(port, "POST", "/v1/completions",
+                                {"model": "stories", "prompt": PROMPT, "max_tokens": 2})
+        assert resp.status == 429, payload
+        assert "queue_per_model" in error_of(payload)["message"]
+        resp, payload = request(port, "POST", "/api/generate",
+                                {"model": "stories", "prompt": PROMPT, "stream": False})
+        assert resp.status == 429
+        assert "queue_per_model" in json.loads(payload)["error"]
+    finally:
+        stalled.close()
+
+
 def test_cors_preflight_and_origin(api):
     _, port = api
     resp, _ = request(port, "OPTIONS", "/v1/chat/completions",
