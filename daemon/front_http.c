@@ -757,6 +757,7 @@ corral_status front_http_start(front_http *f, core *k, corral_error *err) {
     const int rc = pthread_create(&f->thread, NULL, http_thread, f);
     if (rc != 0) return corral_error_set(err, CORRAL_INTERNAL, "pthread_create: %s", strerror(rc));
     f->thread_started = true;
+    pthread_setname_np(f->thread, "corral-http");
     return CORRAL_OK;
 }
 
