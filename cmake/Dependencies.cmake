@@ -41,11 +41,17 @@ corral_require_module(PROTOBUF_C libprotobuf-c libprotobuf-c-dev)
 corral_require_module(YAML yaml-0.1 libyaml-dev)
 corral_require_module(JEMALLOC jemalloc libjemalloc-dev)
 corral_require_module(CHECK check check)
+# The HTTP front end of corrald (daemon/front_http*.c).
+corral_require_module(MHD libmicrohttpd libmicrohttpd-dev)
+corral_require_module(JANSSON jansson libjansson-dev)
 # Test-only: PCRE2 is the independent regex oracle of the constraint tests (tests/unit/
 # test_constraint.c); nothing that corral ships links it.
 corral_require_module(PCRE2 libpcre2-8 libpcre2-dev)
 corral_require_program(CORRAL_PROTOC_C protoc-c protobuf-c-compiler)
 corral_require_program(CORRAL_PROTOC protoc protobuf-compiler)
+# Test-only: node and npm run the official HTTP clients of tests/http/.
+corral_require_program(CORRAL_NODE node nodejs)
+corral_require_program(CORRAL_NPM npm npm)
 
 if(CORRAL_MISSING_PACKAGES)
     message(FATAL_ERROR "corral: missing dependencies:${CORRAL_MISSING_DETAILS}\n"

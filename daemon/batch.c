@@ -20,6 +20,7 @@
 
 #include "corral/fault.h"
 #include "corral/log.h"
+#include "corral/tokenizer.h"
 #include "sched_impl.h"
 
 corral_status batch_alloc(struct core *k, sched_model *sm, corral_error *err) {
@@ -157,7 +158,29 @@ static void after_prefill(struct core *k, sjob *sj, uint32_t n, int64_t us) {
 static void after_token(struct core *k, sjob *sj, const gen_token *t, int64_t us) {
     sj->decode_us += us;
     if (t->id >= 0 && sj->n_generated < sj->cap_generated) sj->generated[sj->n_generated++] = t->id;
-    if (t->len > 0 || t->id >= 0) job_emit_text(sj->j, t->text, t->len, t->id);
+    if (t->id >= 0 && sj->params.logprobs) {
+        /* The token and its alternatives with their texts, for the client's logprobs. */
+        job_logprob lps[1 + GEN_TOP_LOGPROBS_MAX];
+        const char *texts[1 + GEN_TOP_LOGPROBS_MAX];
+        char bytes[1 + GEN_TOP_LOGPROBS_MAX][64];
+        const tokenizer *tok = model_get_tokenizer(sj->model->m);
+        const uint32_t n = 1 + t->n_top;
+        for (uint32_t i = 0; i < n; i++) {
+            lps[i].id = i == 0 ? t->id : t->top[i - 1].id;
+            lps[i].logprob = i == 0 ? t->logprob : t->top[i - 1].logprob;
+            size_t got = 0;
+            corral_error err;
+            /* A piece longer than 64 bytes (none in real vocabularies) goes without its text. */
+            if (tok_decode_piece(tok, lps[i].id, 0, bytes[i], sizeof bytes[i], &got, &err) !=
+                CORRAL_OK)
+                got = 0;
+            lps[i].text_len = (uint32_t)got;
+            texts[i] = bytes[i];
+        }
+        job_emit_token(sj->j, t->text, t->len, t->id, lps, texts, n);
+    } else if (t->len > 0 || t->id >= 0) {
+        job_emit_text(sj->j, t->text, t->len, t->id);
+    }
     if (t->stop != GEN_STOP_NONE) sched_finish_done(k, sj, (core_stop)t->stop);
 }
 

@@ -232,6 +232,23 @@ static const cfg_option sanitizer_options[] = {
 };
 static const cfg_table sanitizer_table = {sanitizer_options, N_OF(sanitizer_options)};
 
+static const cfg_option http_key_options[] = {
+    {.path = "key_file",
+     .type = CFG_TYPE_PATH,
+     .offset = offsetof(cfg_http_key, key_file),
+     .required = true,
+     NO_HAS,
+     .doc = "file whose first line is the bearer key (at least 16 bytes); relative to this "
+            "file's folder"},
+    {.path = "app",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_http_key, app),
+     .required = true,
+     NO_HAS,
+     .doc = "the app the key's requests run as (its rules in `apps` apply)"},
+};
+static const cfg_table http_key_table = {http_key_options, N_OF(http_key_options)};
+
 static const cfg_option root_options[] = {
     {.path = "listen",
      .type = CFG_TYPE_ENDPOINTS,
@@ -398,6 +415,65 @@ static const cfg_option root_options[] = {
      .default_value = "[]",
      NO_HAS,
      .doc = "input sanitizer profiles (name, steps) that models and apps name"},
+    {.path = "http.listen",
+     .type = CFG_TYPE_NAMES,
+     .offset = offsetof(cfg, http_listen),
+     .count_offset = offsetof(cfg, n_http_listen),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "addresses of the OpenAI- and Ollama-compatible HTTP API (HOST:PORT, e.g. "
+            "127.0.0.1:11435 or [::1]:11435); empty = off. Non-loopback addresses need http.keys"},
+    {.path = "http.keys",
+     .type = CFG_TYPE_LIST,
+     .offset = offsetof(cfg, http_keys),
+     .count_offset = offsetof(cfg, n_http_keys),
+     .item_table = &http_key_table,
+     .item_size = sizeof(cfg_http_key),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "bearer keys ({key_file, app}); clients without a key are served as the default app "
+            "from loopback only"},
+    {.path = "http.cors",
+     .type = CFG_TYPE_NAMES,
+     .offset = offsetof(cfg, http_cors),
+     .count_offset = offsetof(cfg, n_http_cors),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "origins browsers may call the API from (e.g. http://localhost:3000, or *)"},
+    {.path = "http.max_body_bytes",
+     .type = CFG_TYPE_BYTES,
+     .offset = offsetof(cfg, http_max_body_bytes),
+     .min = 1024,
+     .max = 256ll << 20,
+     .default_value = "1MiB",
+     NO_HAS,
+     .doc = "largest request body accepted (HTTP 413 beyond)"},
+    {.path = "http.request_timeout_ms",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, http_request_timeout_ms),
+     .min = 100,
+     .max = 3600000,
+     .default_value = "10000",
+     NO_HAS,
+     .doc = "time a client has to send a request's body once its headers are in (slower "
+            "clients are disconnected)"},
+    {.path = "http.idle_timeout_ms",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, http_idle_timeout_ms),
+     .min = 1000,
+     .max = 3600000,
+     .default_value = "60000",
+     NO_HAS,
+     .doc = "an idle keep-alive connection, or one still sending a request's headers, is closed "
+            "after this"},
+    {.path = "http.max_connections",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg, http_max_connections),
+     .min = 1,
+     .max = 65536,
+     .default_value = "512",
+     NO_HAS,
+     .doc = "connections served at once; beyond it new ones are closed at once"},
     {.path = "models",
      .type = CFG_TYPE_LIST,
      .offset = offsetof(cfg, models),
@@ -1153,6 +1229,19 @@ static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err
                 return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                         "%s: app '%s' names model '%s', which is not configured",
                                         name, c->apps[i].name, c->apps[i].models[k]);
+    /* The HTTP API: well-formed addresses, and keys before anything beyond loopback. */
+    for (size_t i = 0; i < c->n_http_listen; i++) {
+        endpoint_addr addr;
+        corral_error why;
+        if (endpoint_parse_address(c->http_listen[i], &addr, &why) != CORRAL_OK)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s: http.listen: %s", name,
+                                    why.message);
+        if (!addr.loopback && c->n_http_keys == 0)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%s: http.listen: '%s' is not a loopback address; serving "
+                                    "beyond this machine needs http.keys",
+                                    name, c->http_listen[i]);
+    }
     return CORRAL_OK;
 }
 

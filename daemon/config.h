@@ -94,6 +94,12 @@ typedef struct cfg_app {
     char *sanitizer;           /* profile for its requests instead of the model's; NULL: the model's */
 } cfg_app;
 
+/* A bearer key of the HTTP front end: the file that holds it, and the app its requests run as. */
+typedef struct cfg_http_key {
+    char *key_file; /* the key is the file's first line (at least 16 bytes, no spaces) */
+    char *app;
+} cfg_http_key;
+
 typedef struct cfg {
     char *source_path; /* the file this came from; NULL when built from defaults only */
     char **listen;     /* endpoints to bind; n_listen == 0 means the default endpoint */
@@ -119,6 +125,18 @@ typedef struct cfg {
     /* cache: merged (LoRA) and repacked weights kept between loads */
     char *cache_dir;
     uint64_t cache_limit;
+    /* http: the OpenAI- and Ollama-compatible front end (front_http.h); off when http_listen is
+     * empty */
+    char **http_listen; /* HOST:PORT addresses */
+    size_t n_http_listen;
+    cfg_http_key *http_keys;
+    size_t n_http_keys;
+    char **http_cors; /* origins allowed to call from a browser ("*": any) */
+    size_t n_http_cors;
+    uint64_t http_max_body_bytes;
+    int64_t http_request_timeout_ms; /* to receive a request's body */
+    int64_t http_idle_timeout_ms;    /* idle, or still sending headers: closed after this */
+    int64_t http_max_connections;
     /* models and apps */
     cfg_model *models;
     size_t n_models;

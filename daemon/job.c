@@ -81,6 +81,8 @@ corral_status job_text_init(job_text *t, corral_error *err) {
 void job_text_free(job_text *t) {
     free(t->text);
     free(t->ids);
+    free(t->lps);
+    free(t->lp_text);
     *t = (job_text){0};
 }
 
@@ -188,9 +190,25 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
 }
 
 void job_emit_text(job *j, const char *text, size_t len, int32_t id) {
+    job_emit_token(j, text, len, id, NULL, NULL, 0);
+}
+
+void job_emit_token(job *j, const char *text, size_t len, int32_t id, const job_logprob *lps,
+                    const char *const *texts, size_t n) {
     core_sink *s = j->sink;
     pthread_mutex_lock(&s->mu);
     job_text *t = &j->pending;
+    if (n && grow((void **)&t->lps, &t->cap_lps, t->n_lps + n, sizeof *t->lps)) {
+        for (size_t i = 0; i < n; i++) {
+            job_logprob e = lps[i];
+            e.text_off = (uint32_t)t->lp_text_len;
+            if (!grow((void **)&t->lp_text, &t->lp_text_cap, t->lp_text_len + e.text_len + 1, 1))
+                e.text_len = 0;
+            if (e.text_len) memcpy(t->lp_text + t->lp_text_len, texts[i], e.text_len);
+            t->lp_text_len += e.text_len;
+            t->lps[t->n_lps++] = e;
+        }
+    }
     if (len && grow((void **)&t->text, &t->cap, t->len + len + 1, 1)) {
         memcpy(t->text + t->len, text, len);
         t->len += len;

@@ -46,12 +46,25 @@ typedef enum job_cancel {
 /* The reason's name for logs ("client", "gone", "stalled", "shutdown", "silent"). */
 const char *job_cancel_name(job_cancel why);
 
+/* A token's log-probability and its text (Generate with logprobs). */
+typedef struct job_logprob {
+    int32_t id;
+    float logprob;
+    uint32_t text_off, text_len; /* its bytes in job_text.lp_text */
+} job_logprob;
+
 /* Generated text and the ids it came from, not yet sent. */
 typedef struct job_text {
     char *text; /* NUL-terminated */
     size_t len, cap;
     int32_t *ids;
     size_t n_ids, cap_ids;
+    /* With logprobs: 1 + top_logprobs entries per id (the sampled token, then its alternatives,
+     * best first), and their texts; grown only for jobs that ask. */
+    job_logprob *lps;
+    size_t n_lps, cap_lps;
+    char *lp_text;
+    size_t lp_text_len, lp_text_cap;
 } job_text;
 
 /* The kind of a job's final event. */
@@ -143,6 +156,8 @@ void job_text_free(job_text *t);
 static inline void job_text_clear(job_text *t) {
     t->len = 0;
     t->n_ids = 0;
+    t->n_lps = 0;
+    t->lp_text_len = 0;
     if (t->text) t->text[0] = '\0';
 }
 
@@ -152,6 +167,13 @@ static inline void job_text_clear(job_text *t) {
  * the pending text outgrows every earlier burst; when memory runs out the text is dropped (the
  * generation still ends with its final event). */
 void job_emit_text(job *j, const char *text, size_t len, int32_t id);
+
+/* job_emit_text with the token's log-probability entries (n: the sampled token, then its
+ * alternatives) and their texts (texts[i], lps[i].text_len bytes; text_off is set here),
+ * appended in the same exchange so that they stay aligned with the ids. Allocates only as
+ * job_emit_text does (buffers that grow past every earlier burst). */
+void job_emit_token(job *j, const char *text, size_t len, int32_t id, const job_logprob *lps,
+                    const char *const *texts, size_t n);
 
 /* Report prefill progress (the latest report replaces one not yet taken). */
 void job_emit_progress(job *j, uint32_t done, uint32_t total);

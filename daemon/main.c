@@ -1,6 +1,7 @@
 /*
  * main.c — corrald: command line, configuration, logging, signals; then the core (core.h) and
- * its front ends (front_zmq.h), and the ZeroMQ front end's loop on this thread.
+ * its front ends: the ZeroMQ one (front_zmq.h), whose loop runs on this thread, and the HTTP one
+ * (front_http.h), which runs on a thread of its own when http.listen names addresses.
  *
  * Precedence for every setting: command-line flag > environment (CORRAL_LOG_LEVEL) > config file >
  * built-in default. SIGINT and SIGTERM stop the daemon cleanly (exit 0), SIGHUP reloads the
@@ -22,6 +23,7 @@
 #include "corral/log.h"
 #include "corral/version.h"
 #include "core.h"
+#include "front_http.h"
 #include "front_zmq.h"
 #include "mem.h"
 
@@ -39,6 +41,8 @@ static void print_usage(FILE *out) {
             "                         else /etc/corral/corral.yaml, else built-in defaults\n"
             "  -l, --listen ENDPOINT  bind ENDPOINT instead of the config's `listen` list;\n"
             "                         repeat for several (ipc://PATH or tcp://127.0.0.1:PORT)\n"
+            "                         (the OpenAI/Ollama HTTP API listens on the config's\n"
+            "                         http.listen, e.g. 127.0.0.1:11435)\n"
             "      --log-level LEVEL  error, warn, info, debug or trace (overrides\n"
             "                         $CORRAL_LOG_LEVEL and the config's log_level)\n"
             "      --check-config     load and check the configuration, print the result, exit\n"
@@ -175,7 +179,8 @@ int main(int argc, char **argv) {
     if (check_only) {
         corral_error perr;
         if (core_check_config(config, &perr) != CORRAL_OK ||
-            front_zmq_check(config, &perr) != CORRAL_OK) {
+            front_zmq_check(config, &perr) != CORRAL_OK ||
+            front_http_check(config, &perr) != CORRAL_OK) {
             fprintf(stderr, "corrald: %s\n", perr.message);
             cfg_destroy(&config);
             return 1;
@@ -215,15 +220,18 @@ int main(int argc, char **argv) {
      * front end keeps reading its limits. */
     char *reload_path = config->source_path ? strdup(config->source_path) : NULL;
     front_zmq *front = front_zmq_new(config, &err);
+    front_http *http = front ? front_http_new(config, &err) : NULL;
     core *k = NULL;
-    if (front) {
+    if (front && http) {
         k = core_new(config, &err);
     } else {
         cfg_destroy(&config);
     }
     config = NULL;
+    if (k && front_http_start(http, k, &err) != CORRAL_OK) core_destroy(&k);
     if (!k) {
         log_error("cannot start", LOG_STR("error", err.message));
+        front_http_destroy(&http);
         front_zmq_destroy(&front);
         free(reload_path);
         close(signal_fd);
@@ -231,11 +239,17 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < front_zmq_endpoint_count(front); i++)
         log_info("listening", LOG_STR("endpoint", front_zmq_endpoint(front, i)));
+    for (size_t i = 0; i < front_http_address_count(http); i++)
+        log_info("listening (HTTP: OpenAI and Ollama APIs)",
+                 LOG_STR("address", front_http_address(http, i)));
 
     corral_status st = front_zmq_run(front, k, signal_fd, reload_path, &err);
     if (st != CORRAL_OK) log_error("front end failed", LOG_STR("error", err.message));
-    /* The core first: it may still hold jobs of the front end's until its threads stop. */
+    /* The core has been told to shut down: the HTTP front end delivers what it answers, then
+     * stops. The core next: it may still hold jobs of the front ends until its threads stop. */
+    front_http_stop(http);
     core_destroy(&k);
+    front_http_destroy(&http);
     front_zmq_destroy(&front);
     free(reload_path);
     close(signal_fd);

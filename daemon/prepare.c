@@ -71,6 +71,11 @@ static corral_status build_params(sjob *sj, corral_error *err) {
     gp->max_tokens = sj->max_tokens;
     gp->stop = g->stop;
     gp->n_stop = g->n_stop;
+    if (g->top_logprobs > GEN_TOP_LOGPROBS_MAX)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "top_logprobs must be at most %d",
+                                GEN_TOP_LOGPROBS_MAX);
+    gp->logprobs = g->logprobs || g->top_logprobs > 0;
+    gp->top_logprobs = g->top_logprobs;
     return CORRAL_OK;
 }
 

@@ -67,6 +67,10 @@ typedef struct core_generate {
     size_t constraint_len;
     const char *sanitizer;     /* a profile name; "" for the app's or model's */
     const char *template_name; /* a chat template name; "" for the model's */
+    /* Each generated token's log-probability, and those of its top_logprobs most likely
+     * alternatives (at most 20), with the job's text (job.h: job_text.lps). */
+    bool logprobs;
+    uint32_t top_logprobs;
 } core_generate;
 
 typedef struct core_request {

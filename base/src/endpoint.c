@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -155,5 +157,53 @@ corral_status endpoint_prepare_bind(const char *endpoint, corral_error *err) {
         return corral_error_set(err, CORRAL_UNAVAILABLE,
                                 "endpoint '%s' is in use: another corrald is listening there",
                                 endpoint);
+    return CORRAL_OK;
+}
+
+corral_status endpoint_parse_address(const char *text, endpoint_addr *out, corral_error *err) {
+    memset(out, 0, sizeof *out);
+    const char *want = "HOST:PORT with HOST an IPv4 address, localhost or [IPv6], PORT 1-65535";
+    const char *colon = strrchr(text, ':');
+    char host[64];
+    size_t host_len = colon ? (size_t)(colon - text) : 0;
+    if (!colon || host_len == 0 || host_len >= sizeof host)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "'%s': expected %s", text, want);
+    memcpy(host, text, host_len);
+    host[host_len] = '\0';
+    char *end;
+    errno = 0;
+    const unsigned long port = strtoul(colon + 1, &end, 10);
+    if (!colon[1] || *end || errno || port == 0 || port > 65535 || colon[1] == '-' ||
+        colon[1] == '+')
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "'%s': bad port; expected %s", text,
+                                want);
+    if (host[0] == '[') {
+        if (host_len < 3 || host[host_len - 1] != ']')
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "'%s': expected %s", text, want);
+        host[host_len - 1] = '\0';
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->addr;
+        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "'%s': '%s' is not an IPv6 address", text, host + 1);
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        out->len = sizeof *a;
+        out->ipv6 = true;
+        out->loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+        return CORRAL_OK;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)&out->addr;
+    if (strcmp(host, "localhost") == 0) {
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    } else if (inet_pton(AF_INET, host, &a->sin_addr) != 1) {
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "'%s': '%s' is not an IPv4 address (names other than localhost "
+                                "are not resolved)",
+                                text, host);
+    }
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port);
+    out->len = sizeof *a;
+    out->loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
     return CORRAL_OK;
 }

@@ -15,6 +15,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,7 +39,8 @@ struct generator {
     int32_t pending; /* sampled but not yet run through the model, or -1 */
     int started;     /* gen_next has been called */
     gen_stop stop;
-    char *emit; /* text handed out by the last call */
+    gen_logprob top[GEN_TOP_LOGPROBS_MAX]; /* the last token's alternatives (gen_token.top) */
+    char *emit;                            /* text handed out by the last call */
     size_t emit_cap;
     gen_stats stats;
     /* gen_step_batch: the call that last took this generator (a number unique in the process, to
@@ -97,6 +99,12 @@ generator *gen_new(const model *m, model_runner *r, kv_cache *kv, const gen_para
     g->kv = kv;
     g->params = params ? *params : gen_params_default();
     g->params.stop = NULL; /* copied into the matcher; not kept */
+    if (g->params.top_logprobs > GEN_TOP_LOGPROBS_MAX) {
+        free(g);
+        corral_error_set(err, CORRAL_INVALID_ARGUMENT, "top_logprobs must be at most %d",
+                         GEN_TOP_LOGPROBS_MAX);
+        return NULL;
+    }
     g->n_vocab = model_get_hparams(m)->n_vocab;
     g->pending = -1;
     g->smp = sampler_new(&g->params.sampling, (int32_t)g->n_vocab, err);
@@ -222,6 +230,31 @@ static corral_status step_before(generator *g, gen_token *out, step_next *next, 
     return CORRAL_OK;
 }
 
+/* id's log-probability under the logits (log-softmax) and the k most likely tokens, best first:
+ * one pass for the maximum, one for the sum and the top k (kept sorted by insertion, so
+ * O(n_vocab) while few logits beat the k-th). No allocation. */
+static void fill_logprobs(generator *g, int32_t id, gen_token *out) {
+    const float *l = g->logits;
+    const uint32_t n = g->n_vocab, k = g->params.top_logprobs;
+    float max = l[0];
+    for (uint32_t i = 1; i < n; i++)
+        if (l[i] > max) max = l[i];
+    double sum = 0;
+    uint32_t n_top = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        sum += exp((double)(l[i] - max));
+        if (k == 0 || (n_top == k && l[i] <= g->top[k - 1].logprob)) continue;
+        uint32_t at = n_top < k ? n_top++ : k - 1;
+        for (; at > 0 && g->top[at - 1].logprob < l[i]; at--) g->top[at] = g->top[at - 1];
+        g->top[at] = (gen_logprob){.id = (int32_t)i, .logprob = l[i]};
+    }
+    const double lse = (double)max + log(sum);
+    for (uint32_t i = 0; i < n_top; i++) g->top[i].logprob = (float)(g->top[i].logprob - lse);
+    out->logprob = (float)(l[id] - lse);
+    out->n_top = n_top;
+    out->top = g->top;
+}
+
 /* The second half: the pending token has run (g->logits is the prediction after it), or there
  * was none. Sample, feed the processor and the text path, and decide whether the generation
  * ends; *out (from step_before) gets the token and the text. */
@@ -245,6 +278,7 @@ static corral_status step_after(generator *g, gen_token *out, corral_error *err)
         return corral_error_set(err, acc, "the logit processor refused token %d", (int)id);
     out->id = id;
     g->stats.n_generated++;
+    if (g->params.logprobs) fill_logprobs(g, id, out);
 
     if (!g->params.ignore_eog && tok_is_eog(g->tok, id)) {
         finish_into(g, GEN_STOP_EOG, &out->len);

@@ -22,6 +22,23 @@ int http_request(int port, const char *method, const char *path, const char *bod
  * is none. */
 long http_json_integer(const char *json, const char *key);
 
+/* A kept-alive connection to 127.0.0.1:port, for clients that send request after request (and for
+ * streams: the body is handed over piece by piece as it arrives, chunked framing removed). */
+typedef struct http_conn http_conn;
+
+/* Connect, with timeout_s for every later send and receive. NULL (errno set) on failure. Caller
+ * owns the result (http_conn_close). */
+http_conn *http_conn_open(int port, int timeout_s);
+
+/* Send one request on c and read its whole answer, calling on_body (may be NULL) with each piece
+ * of the body as it arrives. Returns the HTTP status, or -1 when the exchange failed (c is then
+ * unusable). The answer must have a Content-Length or be chunked. */
+int http_conn_request(http_conn *c, const char *method, const char *path, const char *body,
+                      void (*on_body)(const char *data, size_t len, void *user), void *user);
+
+/* Close and free. NULL-safe; sets *c to NULL. */
+void http_conn_close(http_conn **c);
+
 /* A loopback TCP port that nothing listens on at the moment of the call, or -1. */
 int http_free_port(void);
 

@@ -310,6 +310,46 @@ START_TEST(test_model_entry_errors) {
 }
 END_TEST
 
+START_TEST(test_http_section) {
+    corral_error err;
+    cfg *c = cfg_new_defaults(&err);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(c->n_http_listen, 0); /* off unless configured */
+    ck_assert_uint_eq(c->http_max_body_bytes, 1u << 20);
+    ck_assert_int_eq(c->http_request_timeout_ms, 10000);
+    ck_assert_int_eq(c->http_idle_timeout_ms, 60000);
+    cfg_destroy(&c);
+    const char *text = "http:\n  listen: [\"127.0.0.1:11435\", \"[::1]:11435\", \"0.0.0.0:80\"]\n"
+                       "  keys:\n    - {key_file: /k/speaker.key, app: speaker}\n"
+                       "    - {key_file: k2, app: other}\n"
+                       "  cors: [\"http://localhost:3000\"]\n  max_body_bytes: 64KiB\n";
+    c = cfg_load_string(text, strlen(text), "t.yaml", &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_uint_eq(c->n_http_listen, 3);
+    ck_assert_str_eq(c->http_listen[1], "[::1]:11435");
+    ck_assert_uint_eq(c->n_http_keys, 2);
+    ck_assert_str_eq(c->http_keys[0].key_file, "/k/speaker.key");
+    ck_assert_str_eq(c->http_keys[0].app, "speaker");
+    ck_assert_ptr_nonnull(strstr(c->http_keys[1].key_file, "/k2")); /* resolved to a path */
+    ck_assert_uint_eq(c->n_http_cors, 1);
+    ck_assert_uint_eq(c->http_max_body_bytes, 64u << 10);
+    cfg_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_http_errors) {
+    expect_error("http: {listen: [\"0.0.0.0:11435\"]}\n",
+                 "'0.0.0.0:11435' is not a loopback address; serving beyond this machine needs "
+                 "http.keys");
+    expect_error("http: {listen: [\"localhost\"]}\n", "http.listen: 'localhost': expected");
+    expect_error("http: {listen: [\"127.0.0.1:0\"]}\n", "bad port");
+    expect_error("http: {keys: [{app: a}]}\n", "lacks the required key 'key_file'");
+    expect_error("http: {keys: [{key_file: k}]}\n", "lacks the required key 'app'");
+    expect_error("http: {max_body_bytes: 10}\n", "http.max_body_bytes");
+    expect_error("http: {port: 80}\n", "unknown key 'http.port'");
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *core = tcase_create("core");
@@ -320,6 +360,7 @@ static Suite *config_suite(void) {
     tcase_add_test(core, test_default_file_search);
     tcase_add_test(core, test_models_and_apps);
     tcase_add_test(core, test_memory_share_of_ram);
+    tcase_add_test(core, test_http_section);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_empty_and_comment_only_files);
@@ -333,6 +374,7 @@ static Suite *config_suite(void) {
     tcase_add_test(errors, test_wrong_types);
     tcase_add_test(errors, test_syntax_and_duplicates);
     tcase_add_test(errors, test_model_entry_errors);
+    tcase_add_test(errors, test_http_errors);
     suite_add_tcase(s, errors);
     return s;
 }

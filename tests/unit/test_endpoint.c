@@ -1,12 +1,15 @@
 /*
  * test_endpoint.c — Check suite for endpoints: defaults from XDG_RUNTIME_DIR, validation of
- * ipc/tcp forms, and the private-directory rules for ipc sockets.
+ * ipc/tcp forms, the private-directory rules for ipc sockets, and the HOST:PORT addresses of the
+ * HTTP front end.
  */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <netinet/in.h>
 
 #include "corral/endpoint.h"
 #include "testutil.h"
@@ -92,6 +95,41 @@ START_TEST(test_bad_endpoints_named) {
 }
 END_TEST
 
+START_TEST(test_http_addresses) {
+    endpoint_addr a;
+    ck_assert_int_eq(endpoint_parse_address("127.0.0.1:11435", &a, NULL), CORRAL_OK);
+    ck_assert(a.loopback && !a.ipv6);
+    ck_assert_int_eq(ntohs(((struct sockaddr_in *)&a.addr)->sin_port), 11435);
+    ck_assert_int_eq(endpoint_parse_address("localhost:1", &a, NULL), CORRAL_OK);
+    ck_assert(a.loopback);
+    ck_assert_int_eq(endpoint_parse_address("127.3.4.5:80", &a, NULL), CORRAL_OK);
+    ck_assert(a.loopback);
+    ck_assert_int_eq(endpoint_parse_address("[::1]:65535", &a, NULL), CORRAL_OK);
+    ck_assert(a.loopback && a.ipv6);
+    ck_assert_int_eq(endpoint_parse_address("0.0.0.0:8080", &a, NULL), CORRAL_OK);
+    ck_assert(!a.loopback);
+    ck_assert_int_eq(endpoint_parse_address("[::]:8080", &a, NULL), CORRAL_OK);
+    ck_assert(!a.loopback && a.ipv6);
+    ck_assert_int_eq(endpoint_parse_address("192.168.1.2:80", &a, NULL), CORRAL_OK);
+    ck_assert(!a.loopback);
+}
+END_TEST
+
+START_TEST(test_bad_http_addresses_named) {
+    endpoint_addr a;
+    corral_error err;
+    static const char *const bad[] = {"127.0.0.1",    "127.0.0.1:0",    "127.0.0.1:65536",
+                                      "127.0.0.1:-1", "127.0.0.1:+80",  "127.0.0.1:80x",
+                                      ":80",          "example.com:80", "[::1:80",
+                                      "[nothing]:80", "1.2.3:80",       "[]:80"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(endpoint_parse_address(bad[i], &a, &err) == CORRAL_INVALID_ARGUMENT, "%s",
+                      bad[i]);
+        ck_assert_msg(strstr(err.message, bad[i]) != NULL, "%s: %s", bad[i], err.message);
+    }
+}
+END_TEST
+
 START_TEST(test_open_dir_refused) {
     char dir[128], ep[ENDPOINT_MAX];
     snprintf(dir, sizeof dir, "%s/open", tmp_root);
@@ -125,6 +163,7 @@ static Suite *endpoint_suite(void) {
     tcase_add_test(core, test_default_uses_xdg_runtime_dir);
     tcase_add_test(core, test_valid_endpoints);
     tcase_add_test(core, test_prepare_creates_private_dir);
+    tcase_add_test(core, test_http_addresses);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_long_paths_rejected);
@@ -132,6 +171,7 @@ static Suite *endpoint_suite(void) {
     TCase *errors = tcase_create("errors");
     tcase_add_checked_fixture(errors, setup, teardown);
     tcase_add_test(errors, test_bad_endpoints_named);
+    tcase_add_test(errors, test_bad_http_addresses_named);
     tcase_add_test(errors, test_open_dir_refused);
     tcase_add_test(errors, test_file_instead_of_dir_refused);
     suite_add_tcase(s, errors);

@@ -114,6 +114,63 @@ START_TEST(test_top_k_one_equals_greedy_reference) {
 }
 END_TEST
 
+/* Log-probabilities of a greedy run: the sampled token is the best alternative, its logprob the
+ * first alternative's, alternatives best first, their probabilities a part of 1; the reference
+ * text is unchanged by asking. */
+START_TEST(test_logprobs_of_greedy_tokens) {
+    model *m = load("models/stories260K.gguf");
+    corral_error err;
+    kv_cache *kv = kv_cache_new(m, 512, KV_TYPE_F32, &err);
+    model_runner *r = model_runner_new(m, 0, NULL, &err);
+    gen_params gp = gen_params_default();
+    gp.sampling.temperature = 0;
+    gp.max_tokens = 64;
+    gp.logprobs = 1;
+    gp.top_logprobs = 5;
+    generator *g = gen_new(m, r, kv, &gp, &err);
+    ck_assert_msg(g != NULL, "%s", err.message);
+    int32_t *prompt;
+    size_t n_prompt;
+    const char *text = "Once upon a time";
+    ck_assert_int_eq(
+        prompt_tokenize_text(model_get_tokenizer(m), text, strlen(text), &prompt, &n_prompt, &err),
+        CORRAL_OK);
+    ck_assert_int_eq(gen_prefill(g, prompt, (uint32_t)n_prompt, &err), CORRAL_OK);
+    free(prompt);
+    int32_t ref[512];
+    const int n_ref = ref_read_ids("reference/stories260K.greedy.ids.txt", ref, 512);
+    gen_token t;
+    int n = 0;
+    do {
+        ck_assert_int_eq(gen_next(g, &t, &err), CORRAL_OK);
+        if (t.id < 0) continue;
+        ck_assert_int_lt(n, n_ref);
+        ck_assert_int_eq(t.id, ref[n]);
+        n++;
+        ck_assert_uint_eq(t.n_top, 5);
+        ck_assert_int_eq(t.top[0].id, t.id);
+        ck_assert_float_eq(t.top[0].logprob, t.logprob);
+        ck_assert(t.logprob <= 0 && isfinite(t.logprob));
+        double mass = 0;
+        for (uint32_t k = 0; k < t.n_top; k++) {
+            if (k) ck_assert(t.top[k].logprob <= t.top[k - 1].logprob);
+            if (k) ck_assert_int_ne(t.top[k].id, t.top[0].id);
+            mass += exp(t.top[k].logprob);
+        }
+        ck_assert(mass <= 1.0 + 1e-4);
+    } while (t.stop == GEN_STOP_NONE);
+    ck_assert_int_eq(n, 64);
+    gen_destroy(&g);
+    /* More alternatives than the limit are refused. */
+    gp.top_logprobs = GEN_TOP_LOGPROBS_MAX + 1;
+    ck_assert_ptr_null(gen_new(m, r, kv, &gp, &err));
+    ck_assert_int_eq(err.status, CORRAL_INVALID_ARGUMENT);
+    model_runner_destroy(&r);
+    kv_cache_destroy(&kv);
+    model_destroy(&m);
+}
+END_TEST
+
 START_TEST(test_stop_string_cuts_text) {
     model *m = load("models/stories260K.gguf");
     run_result *a = malloc(sizeof *a);
@@ -740,6 +797,7 @@ static Suite *generate_suite(void) {
     tcase_add_test(core, test_same_seed_same_text_different_seed_differs);
     tcase_add_test(core, test_top_k_one_equals_greedy_reference);
     tcase_add_test(core, test_stop_string_cuts_text);
+    tcase_add_test(core, test_logprobs_of_greedy_tokens);
     tcase_add_test(core, test_eog_stops_and_is_not_emitted);
     tcase_add_test(core, test_processor_finished_and_errors);
     suite_add_tcase(s, core);

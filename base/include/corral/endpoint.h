@@ -8,7 +8,9 @@
 #ifndef CORRAL_ENDPOINT_H
 #define CORRAL_ENDPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "corral/status.h"
 
@@ -32,5 +34,18 @@ corral_status endpoint_validate(const char *endpoint, corral_error *err);
  * socket file another process is still listening on (ZeroMQ would silently take it over). A stale
  * socket file is left for ZeroMQ to replace. tcp:// endpoints need no preparation. */
 corral_status endpoint_prepare_bind(const char *endpoint, corral_error *err);
+
+/* A TCP address to listen on (corrald's HTTP front end): "HOST:PORT" with HOST an IPv4 literal,
+ * "localhost" (127.0.0.1) or a bracketed IPv6 literal ("[::1]:11435"), PORT 1-65535. */
+typedef struct endpoint_addr {
+    struct sockaddr_storage addr;
+    socklen_t len;
+    bool ipv6;
+    bool loopback; /* 127.0.0.0/8 or ::1 */
+} endpoint_addr;
+
+/* Parse `text` into *out. Returns CORRAL_OK, or CORRAL_INVALID_ARGUMENT with a message quoting the
+ * text and saying what was expected. Never resolves names other than "localhost". */
+corral_status endpoint_parse_address(const char *text, endpoint_addr *out, corral_error *err);
 
 #endif /* CORRAL_ENDPOINT_H */

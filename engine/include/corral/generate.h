@@ -44,6 +44,12 @@ typedef struct gen_params {
     const char *const *stop; /* stop strings (copied by gen_new) */
     size_t n_stop;
     int ignore_eog; /* keep going past end-of-generation tokens */
+    /* Report each sampled token's log-probability under the model's distribution (the log-softmax
+     * of its raw logits, before penalties, temperature and processors), and that of the
+     * top_logprobs most likely tokens (at most GEN_TOP_LOGPROBS_MAX). Off by default: it costs a
+     * pass over the vocabulary per token. */
+    int logprobs;
+    uint32_t top_logprobs;
     /* Optional; borrowed for the generator's life. Its `accept` sees every generated token
      * (including an end-of-generation one); when its `finished` turns positive after a token,
      * the generation ends there with GEN_STOP_CONSTRAINT (checked before max_tokens), and when a
@@ -54,12 +60,26 @@ typedef struct gen_params {
 /* Defaults: the sampler's defaults, no limit, no stop strings. */
 gen_params gen_params_default(void);
 
+/* The most alternatives gen_params.top_logprobs may ask for (OpenAI's limit). */
+#define GEN_TOP_LOGPROBS_MAX 20
+
+/* A token and its log-probability. */
+typedef struct gen_logprob {
+    int32_t id;
+    float logprob;
+} gen_logprob;
+
 /* What one gen_next produced. */
 typedef struct gen_token {
     int32_t id;       /* the token sampled this step; -1 when none was (context full, constraint) */
     const char *text; /* bytes that may be emitted now; borrowed until the next call */
     size_t len;
     gen_stop stop; /* GEN_STOP_NONE while running; otherwise the generation is over */
+    /* With gen_params.logprobs and id >= 0: id's log-probability, and the n_top most likely
+     * tokens, best first (borrowed until the next call). */
+    float logprob;
+    uint32_t n_top;
+    const gen_logprob *top;
 } gen_token;
 
 /* Counters, for statistics and the protocol's Done message. */

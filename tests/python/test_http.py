@@ -1,0 +1,428 @@
+"""corrald's HTTP front end at the wire level: headers, SSE and NDJSON framing, the limits (body
+size, slow clients, bad JSON, invalid UTF-8), bearer keys and app rules, CORS, a client that
+disconnects mid-stream, configuration checks, and greedy output through HTTP equal to
+`corral run` on the same prompt.
+
+The official clients' tests are in tests/http/ (node); these use raw sockets and http.client so
+that every byte the server sends can be checked.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import corrald_path, read_shared_text, running_corrald, shared_path, stories_config
+
+PROMPT = "Once upon a time"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_config(port: int, extra_http: str = "", tail: str = "") -> str:
+    """HTTP on `port`, and stories (context 2048, room for long streams) and stories-q4."""
+    return (
+        "http:\n"
+        f'  listen: ["127.0.0.1:{port}"]\n'
+        + extra_http
+        + stories_config().replace("context: 512", "context: 2048")
+        + tail
+    )
+
+
+@pytest.fixture
+def api(start_corrald):
+    """A corrald serving stories over HTTP (and ZeroMQ); yields (daemon, port)."""
+    port = free_port()
+    daemon = start_corrald(
+        http_config(port, "  max_body_bytes: 4KiB\n  request_timeout_ms: 1500\n"
+                          "  idle_timeout_ms: 2000\n  cors: [\"http://app.example\"]\n")
+    )
+    return daemon, port
+
+
+def request(port: int, method: str, path: str, body=None, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json",
+                                                   **(headers or {})})
+    r = conn.getresponse()
+    payload = r.read()
+    conn.close()
+    return r, payload
+
+
+def error_of(payload: bytes) -> dict:
+    doc = json.loads(payload)
+    assert set(doc) == {"error"}
+    return doc["error"]
+
+
+def test_greedy_through_http_equals_corral_run(api):
+    daemon, port = api
+    r = subprocess.run(
+        [os.environ["CORRAL"], "--endpoint", daemon.endpoint, "run", "stories", PROMPT, "-n",
+         "256", "--temp", "0"],
+        capture_output=True, timeout=60, check=True,
+    )
+    cli_text = r.stdout.decode()
+    assert cli_text == read_shared_text("reference/stories260K.greedy.txt")
+    resp, payload = request(port, "POST", "/v1/completions",
+                            {"model": "stories", "prompt": PROMPT, "max_tokens": 256,
+                             "temperature": 0})
+    assert resp.status == 200
+    assert json.loads(payload)["choices"][0]["text"] == cli_text
+
+
+def test_headers_and_request_id(api):
+    _, port = api
+    resp, payload = request(port, "GET", "/v1/models", headers={"X-Request-Id": "abc-123"})
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") == "application/json"
+    assert resp.getheader("X-Request-Id") == "abc-123"
+    assert json.loads(payload)["data"][0]["id"] == "stories"
+    # Without one the server makes one up.
+    resp, _ = request(port, "GET", "/v1/models")
+    assert resp.getheader("X-Request-Id")
+    # No CORS headers for a request without an allowed Origin.
+    assert resp.getheader("Access-Control-Allow-Origin") is None
+
+
+def test_sse_framing(api):
+    _, port = api
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({
+        "model": "stories", "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 20, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True}}))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") == "text/event-stream"
+    assert resp.getheader("Transfer-Encoding") == "chunked"
+    raw = resp.read().decode()
+    conn.close()
+    # Every event is one `data: ` line followed by a blank line; the last is [DONE].
+    assert raw.endswith("data: [DONE]\n\n")
+    events = raw.split("\n\n")[:-1]
+    assert all(e.startswith("data: ") and "\n" not in e for e in events)
+    docs = [json.loads(e[6:]) for e in events[:-1]]
+    assert docs[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(d["object"] == "chat.completion.chunk" for d in docs)
+    assert len({d["id"] for d in docs}) == 1
+    finals = [d for d in docs if d["choices"] and d["choices"][0]["finish_reason"]]
+    assert len(finals) == 1 and finals[0]["choices"][0]["finish_reason"] == "length"
+    assert docs[-1]["choices"] == [] and docs[-1]["usage"]["completion_tokens"] == 20
+    text = "".join(d["choices"][0]["delta"].get("content", "") for d in docs if d["choices"])
+    whole = json.loads(request(port, "POST", "/v1/chat/completions", {
+        "model": "stories", "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 20, "temperature": 0})[1])
+    assert text == whole["choices"][0]["message"]["content"]
+
+
+def test_ndjson_framing(api):
+    _, port = api
+    resp, payload = request(port, "POST", "/api/generate",
+                            {"model": "stories", "prompt": PROMPT, "raw": True,
+                             "options": {"num_predict": 16, "temperature": 0}})
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") == "application/x-ndjson"
+    lines = payload.decode().split("\n")
+    assert lines[-1] == ""
+    docs = [json.loads(line) for line in lines[:-1]]
+    assert [d["done"] for d in docs] == [False] * (len(docs) - 1) + [True]
+    assert docs[-1]["eval_count"] == 16
+
+
+def test_body_too_large_is_413(api):
+    _, port = api
+    resp, payload = request(port, "POST", "/v1/completions",
+                            {"model": "stories", "prompt": "x" * 8192})
+    assert resp.status == 413
+    assert "max_body_bytes" in error_of(payload)["message"]
+    # Chunked, so the size is only known while it arrives.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = json.dumps({"model": "stories", "prompt": "y" * 8192}).encode()
+    conn.request("POST", "/v1/completions", body=iter([body[:4000], body[4000:]]),
+                 encode_chunked=True, headers={"Transfer-Encoding": "chunked"})
+    assert conn.getresponse().status == 413
+    conn.close()
+
+
+def test_bad_json_and_bad_utf8_are_400_naming_the_problem(api):
+    _, port = api
+    resp, payload = request(port, "POST", "/v1/chat/completions", b'{"model": "stories",')
+    assert resp.status == 400
+    err = error_of(payload)
+    assert "not valid JSON" in err["message"] and "column" in err["message"]
+    assert err["type"] == "invalid_request_error"
+    bad = b'{"model": "stories", "messages": [{"role": "user", "content": "caf\xe9"}]}'
+    resp, payload = request(port, "POST", "/v1/chat/completions", bad)
+    assert resp.status == 400
+    assert f"not valid UTF-8 (at byte {bad.index(0xE9)})" in error_of(payload)["message"]
+    resp, payload = request(port, "POST", "/v1/chat/completions", b"[1, 2]")
+    assert resp.status == 400
+    assert "JSON object" in error_of(payload)["message"]
+    # Ollama's endpoints answer in Ollama's error shape.
+    resp, payload = request(port, "POST", "/api/chat", b"{")
+    assert resp.status == 400
+    assert isinstance(json.loads(payload)["error"], str)
+
+
+def test_unknown_endpoints_and_methods(api):
+    _, port = api
+    resp, payload = request(port, "GET", "/v1/nothing")
+    assert resp.status == 404
+    resp, payload = request(port, "GET", "/v1/chat/completions")
+    assert resp.status == 405
+
+
+def test_slow_loris_headers_are_cut_off(api):
+    """A client that trickles its headers is disconnected after http.idle_timeout_ms (2 s here),
+    although it sends a byte every 200 ms (which restarts libmicrohttpd's own idle timer)."""
+    _, port = api
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+    closed = False
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline:
+        try:
+            s.sendall(b"X")
+        except OSError:
+            closed = True
+            break
+        s.settimeout(0.2)
+        try:
+            if s.recv(4096) == b"":
+                closed = True
+                break
+        except socket.timeout:
+            pass
+        except OSError:
+            closed = True
+            break
+    s.close()
+    assert closed, "the server kept a connection that never finished its headers"
+
+
+def test_slow_body_is_cut_off(api):
+    """A body still arriving http.request_timeout_ms (1.5 s here) after its headers: the
+    connection is closed, although the client keeps sending a byte every 100 ms."""
+    _, port = api
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = json.dumps({"model": "stories", "prompt": PROMPT}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 100000\r\n\r\n" + body[:5])
+    closed = False
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline and not closed:
+        try:
+            s.sendall(b" ")
+            s.settimeout(0.1)
+            closed = s.recv(4096) == b""
+        except socket.timeout:
+            pass
+        except OSError:
+            closed = True
+    s.close()
+    assert closed, "the server kept a connection whose body never finished"
+
+
+def test_client_disconnect_mid_stream_cancels_the_generation(api):
+    """The client reads the first event, then stops reading and closes the connection. Its
+    receive buffer is tiny, so the 2,000-token stream (about 600 KB) cannot have been sent whole:
+    the generation is still running, or paused because the client does not read, when the
+    connection closes — and the daemon must cancel it."""
+    daemon, port = api
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    body = json.dumps({"model": "stories", "messages": [{"role": "user", "content": PROMPT}],
+                       "max_tokens": 2000, "temperature": 0, "stream": True}).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: gone-1\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        chunk = s.recv(1024)
+        assert chunk, "the stream ended before its first event"
+        got += chunk
+    s.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        lines = [l for l in daemon.log().splitlines()
+                 if "client left" in l and "request_id=gone-1" in l]
+        if lines:
+            break
+        time.sleep(0.05)
+    assert lines, daemon.log()
+    assert "stop=cancelled" in lines[0]
+
+
+def test_stop_with_http_requests_in_flight():
+    """SIGTERM while a stream is stalled (its client stopped reading), a connection idles and
+    another is halfway through its headers: corrald still exits 0 within the fixture's 5 s."""
+    port = free_port()
+    sockets = []
+    with running_corrald(http_config(port)) as daemon:
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", port))
+        body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": 2000,
+                           "temperature": 0, "stream": True}).encode()
+        stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                        + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert stalled.recv(64).startswith(b"HTTP/1.1 200")
+        idle = socket.create_connection(("127.0.0.1", port))
+        partial = socket.create_connection(("127.0.0.1", port))
+        partial.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        sockets += [stalled, idle, partial]
+        assert daemon.process.poll() is None
+    for s in sockets:
+        s.close()
+
+
+def open_stalled_stream(port: int, max_tokens: int = 2000) -> socket.socket:
+    """A stream whose client reads its headers and then stops reading (a tiny receive buffer):
+    its request stays in flight until the socket closes."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": max_tokens,
+                       "temperature": 0, "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert s.recv(64).startswith(b"HTTP/1.1 200")
+    return s
+
+
+def test_deadline_is_408_and_full_queue_is_429(start_corrald):
+    port = free_port()
+    start_corrald(http_config(port, tail="limits: {queue_per_model: 1}\n"))
+    # 2,000 tokens take stories about a second and a half; the deadline is 20 ms.
+    resp, payload = request(port, "POST", "/v1/completions",
+                            {"model": "stories", "prompt": PROMPT, "max_tokens": 2000,
+                             "temperature": 0, "corral": {"deadline_ms": 20}})
+    assert resp.status == 408, payload
+    err = error_of(payload)
+    assert err["type"] == "timeout_error" and "deadline" in err["message"]
+    # One request in flight fills the model's queue: the next is refused at once.
+    stalled = open_stalled_stream(port)
+    try:
+        resp, payload = request(port, "POST", "/v1/completions",
+                                {"model": "stories", "prompt": PROMPT, "max_tokens": 2})
+        assert resp.status == 429, payload
+        assert "queue_per_model" in error_of(payload)["message"]
+        resp, payload = request(port, "POST", "/api/generate",
+                                {"model": "stories", "prompt": PROMPT, "stream": False})
+        assert resp.status == 429
+        assert "queue_per_model" in json.loads(payload)["error"]
+    finally:
+        stalled.close()
+
+
+def test_cors_preflight_and_origin(api):
+    _, port = api
+    resp, _ = request(port, "OPTIONS", "/v1/chat/completions",
+                      headers={"Origin": "http://app.example",
+                               "Access-Control-Request-Method": "POST"})
+    assert resp.status == 204
+    assert resp.getheader("Access-Control-Allow-Origin") == "http://app.example"
+    assert "Authorization" in resp.getheader("Access-Control-Allow-Headers")
+    resp, _ = request(port, "OPTIONS", "/v1/chat/completions",
+                      headers={"Origin": "http://evil.example"})
+    assert resp.status == 403
+    assert resp.getheader("Access-Control-Allow-Origin") is None
+    resp, _ = request(port, "GET", "/v1/models", headers={"Origin": "http://app.example"})
+    assert resp.getheader("Access-Control-Allow-Origin") == "http://app.example"
+
+
+def test_bearer_keys_map_to_apps(start_corrald, tmp_path):
+    """A key's requests run as its app, whose rules the core enforces (here: only the model
+    `stories-q4`); a wrong key is 401; a loopback client without a key is the default app."""
+    key = "k3y-for-the-speaker-app-0123456789"
+    (tmp_path / "speaker.key").write_text(key + "\n")
+    port = free_port()
+    start_corrald(http_config(
+        port, f"  keys: [{{key_file: {tmp_path / 'speaker.key'}, app: speaker}}]\n",
+        "apps:\n  - name: speaker\n    models: [stories-q4]\n"))
+    body = {"model": "stories", "prompt": PROMPT, "max_tokens": 2}
+    resp, payload = request(port, "POST", "/v1/completions", body,
+                            {"Authorization": f"Bearer {key}"})
+    assert resp.status == 403
+    err = error_of(payload)
+    assert err["type"] == "permission_error" and "speaker" in err["message"]
+    resp, _ = request(port, "POST", "/v1/completions", {**body, "model": "stories-q4"},
+                      {"Authorization": f"Bearer {key}"})
+    assert resp.status == 200
+    resp, payload = request(port, "POST", "/v1/completions", body,
+                            {"Authorization": "Bearer not-the-key-at-all-000000"})
+    assert resp.status == 401
+    assert error_of(payload)["message"] == "incorrect API key"
+    resp, _ = request(port, "POST", "/v1/completions", body, {"Authorization": "Basic eA=="})
+    assert resp.status == 401
+    resp, _ = request(port, "POST", "/v1/completions", body)
+    assert resp.status == 200
+
+
+def test_ipv6_loopback_address(start_corrald):
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    start_corrald(f'http: {{listen: ["[::1]:{port}"]}}\n' + stories_config())
+    conn = http.client.HTTPConnection("::1", port, timeout=30)
+    conn.request("GET", "/v1/models")
+    r = conn.getresponse()
+    assert r.status == 200 and json.loads(r.read())["data"][0]["id"] == "stories"
+    conn.close()
+
+
+def check_config(tmp_path, body: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "check.yaml"
+    path.write_text(f'listen: ["ipc://{tmp_path}/s/c.sock"]\n' + body)
+    return subprocess.run([corrald_path(), "-c", str(path), "--check-config"],
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_config_refuses_non_loopback_without_keys(tmp_path):
+    r = check_config(tmp_path, 'http: {listen: ["0.0.0.0:11435"]}\n')
+    assert r.returncode == 1
+    assert "'0.0.0.0:11435' is not a loopback address" in r.stderr
+    assert "http.keys" in r.stderr
+    r = check_config(tmp_path, 'http: {listen: ["127.0.0.1:99999"]}\n')
+    assert r.returncode == 1 and "bad port" in r.stderr
+    r = check_config(tmp_path, 'http: {listen: ["example.com:80"]}\n')
+    assert r.returncode == 1 and "not an IPv4 address" in r.stderr
+
+
+def test_check_config_binds_the_http_address(tmp_path):
+    port = free_port()
+    r = check_config(tmp_path, f'http: {{listen: ["127.0.0.1:{port}"]}}\n')
+    assert r.returncode == 0, r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        r = check_config(tmp_path, f'http: {{listen: ["127.0.0.1:{port}"]}}\n')
+    assert r.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
+    key = tmp_path / "short.key"
+    key.write_text("short\n")
+    r = check_config(tmp_path, f'http: {{listen: ["127.0.0.1:{port}"], '
+                               f'keys: [{{key_file: {key}, app: a}}]}}\n')
+    assert r.returncode == 1 and "short.key" in r.stderr
+
+
+def test_shipped_config_serves_http_on_loopback():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "config", "corral.yaml"), encoding="utf-8") as f:
+        text = f.read()
+    assert 'listen: ["127.0.0.1:11435"]' in text
+    assert shared_path("models/stories260K.gguf")
