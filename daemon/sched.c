@@ -612,6 +612,24 @@ static sched_model *pick(struct core *k) {
 
 /* ---- the thread ------------------------------------------------------------------------------ */
 
+/* Microseconds until some job must be looked at again though nothing wakes the thread: its
+ * deadline, its next memory retry, or the end of its wait for memory; at most SCHED_TICK_US (model
+ * keep-alives, session expiry). Polling every few milliseconds instead kept the compute thread at
+ * a quarter of a core while a client's stream was paused. */
+static int64_t next_wakeup_us(const struct core *k, int64_t now) {
+    int64_t wait = SCHED_TICK_US;
+    for (const sjob *sj = k->jobs; sj; sj = sj->next) {
+        const int64_t times[3] = {sj->j->deadline_us, sj->retry_at_us, sj->memory_wait_until_us};
+        for (int i = 0; i < 3; i++) {
+            if (times[i] <= 0) continue;
+            const int64_t left = times[i] > now ? times[i] - now : 0;
+            if (left < wait) wait = left;
+        }
+    }
+    /* A deadline is checked right after it passes. */
+    return wait + 1000;
+}
+
 static void *sched_main(void *arg) {
     struct core *k = arg;
     mem_thread_init(MEM_THREAD_CORE);
@@ -667,12 +685,14 @@ static void *sched_main(void *arg) {
         k->idle = k->jobs == NULL && k->inbox_head == NULL && k->tasks_in_flight == 0;
         if (!k->inbox_head && !k->done_head && !k->poked && !k->quit && !k->reload_path &&
             !(k->shutdown && k->jobs)) {
-            /* Nothing can run: sleep until new work, a poke, or a periodic check (deadlines,
-             * memory retries, session expiry, paused streams). */
+            /* Nothing can run: sleep until new work, a poke (a front end cancelling, or
+             * resuming a paused stream; an actor's task done), the next time a job must be
+             * looked at, or the periodic check of keep-alives and session expiry. */
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
-            const long wait_ns = k->jobs ? 5000000L : 200000000L;
-            until.tv_nsec += wait_ns;
+            const long wait_ns = (long)next_wakeup_us(k, sched__mono_us()) * 1000L;
+            until.tv_sec += wait_ns / 1000000000L;
+            until.tv_nsec += wait_ns % 1000000000L;
             if (until.tv_nsec >= 1000000000L) {
                 until.tv_sec++;
                 until.tv_nsec -= 1000000000L;

@@ -43,6 +43,9 @@
 #define SCHED_DEFAULT_CONTEXT_CAP 4096
 /* How often a request that waits for memory tries again. */
 #define SCHED_MEMORY_RETRY_US     50000
+/* The longest the compute thread sleeps with nothing to do: keep-alives and session expiry are
+ * checked this often. */
+#define SCHED_TICK_US             200000
 /* Realtime requests always start; this many may run beside a model's active_per_model others. */
 #define SCHED_MAX_REALTIME_EXTRA  8
 
