@@ -217,9 +217,12 @@ void zauth_answer_zap(zauth *a, core *k) {
 /* ---- the monitor ---------------------------------------------------------------------------- */
 
 /* What a failed handshake's code means, for the log. */
-static const char *handshake_reason(uint16_t event, uint32_t value) {
+static const char *handshake_reason(uint16_t event, uint32_t value, const char *endpoint) {
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return "refused by the ZAP handler";
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) return "connection lost in the handshake";
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        return strncmp(endpoint, "tcp://", 6) == 0
+                   ? "the client left the CURVE handshake (a client without CURVE keys?)"
+                   : "the client left the handshake";
     switch (value) {
         case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
             return "the client does not use CURVE (tcp endpoints need it: SECURITY.md)";
@@ -256,7 +259,7 @@ void zauth_read_monitor(zauth *a) {
         /* ZAP refusals were logged with their reason by the handler. */
         if (event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
             log_warn("connection refused", LOG_STR("endpoint", endpoint),
-                     LOG_STR("reason", handshake_reason(event, value)));
+                     LOG_STR("reason", handshake_reason(event, value, endpoint)));
         zmq_msg_close(&address);
         zmq_msg_close(&head);
     }
