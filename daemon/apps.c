@@ -86,6 +86,7 @@ static app_count *counter_get(struct core *k, const char *app, uint32_t per_minu
     a->refill_us = sched__mono_us();
     a->next = k->apps;
     k->apps = a;
+    atomic_fetch_add(&k->n_apps, 1);
     return a;
 }
 
@@ -107,6 +108,7 @@ static void counter_drop_if_idle(struct core *k, app_count *a, uint32_t per_minu
         if (*pp == a) {
             *pp = a->next;
             free(a);
+            atomic_fetch_sub(&k->n_apps, 1);
             return;
         }
 }
@@ -163,12 +165,7 @@ void apps_free_all(struct core *k) {
         free(a);
     }
     k->apps = NULL;
-}
-
-size_t apps_counter_count(const struct core *k) {
-    size_t n = 0;
-    for (const app_count *a = k->apps; a; a = a->next) n++;
-    return n;
+    atomic_store(&k->n_apps, 0);
 }
 
 /* ---- admission ----------------------------------------------------------------------------- */
@@ -322,13 +319,17 @@ static bool is_running(const sjob *o) {
     return o->phase == SJOB_ACTIVE && !atomic_load(&o->j->paused);
 }
 
-/* Running, or ready to run now (not paused, not waiting to retry for memory). */
+/* Running, or on its way to a slot: admitted, being prepared, ready, getting its session back
+ * (those phases are short while its model is resident). Not paused, not waiting to retry for
+ * memory. */
 static bool is_competing(const sjob *o) {
-    return is_running(o) || (o->phase == SJOB_READY && !atomic_load(&o->j->paused) &&
+    return is_running(o) || (o->phase != SJOB_ACTIVE && !atomic_load(&o->j->paused) &&
                              !(o->retry_at_us && sched__mono_us() < o->retry_at_us));
 }
 
 bool apps_slot_fair(const struct core *k, const sjob *sj, uint32_t slots) {
+    /* The others' requests on their way count as waiting: one that is still being prepared when
+     * a slot frees would otherwise lose it to an app that already runs its share. */
     const sched_model *sm = sj->model;
     uint32_t apps = 0, mine = 0;
     bool others_wait = false;

@@ -254,6 +254,7 @@ struct core {
     sched_session *sessions;
     sjob *jobs; /* every job that needs a model, arrival order */
     app_count *apps;
+    atomic_size_t n_apps; /* counters in `apps`: read by any thread (tests of idle dropping) */
     auth_table *auth; /* the current configuration's; protected by mu (core_auth_acquire) */
     int64_t started_us, started_ms;
     uint64_t served;
@@ -402,8 +403,6 @@ bool apps_slot_fair(const struct core *k, const sjob *sj, uint32_t slots);
 /* Drop counters that went idle (between steps). */
 void apps_tick(struct core *k);
 void apps_free_all(struct core *k);
-/* Counters held (for tests of idle dropping). */
-size_t apps_counter_count(const struct core *k);
 
 /* status.c */
 void status_answer(struct core *k, job *j);
