@@ -202,6 +202,83 @@ int64_t client__now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Read one event of the monitor: a failed handshake becomes the caller's error (PERMISSION_DENIED
+ * saying what to fix), CORRAL_OK for an event that is not one. */
+static corral_status client_read_refusal(corral_client *c, corral_error *err) {
+    zmq_msg_t head, address;
+    zmq_msg_init(&head);
+    zmq_msg_init(&address);
+    uint16_t event = 0;
+    uint32_t value = 0;
+    if (zmq_msg_recv(&head, c->monitor, ZMQ_DONTWAIT) >= 0) {
+        if (zmq_msg_size(&head) >= 6) {
+            memcpy(&event, zmq_msg_data(&head), 2);
+            memcpy(&value, (char *)zmq_msg_data(&head) + 2, 4);
+        }
+        if (zmq_msg_more(&head)) zmq_msg_recv(&address, c->monitor, 0);
+    }
+    zmq_msg_close(&address);
+    zmq_msg_close(&head);
+    const bool tcp = strncmp(c->endpoint, "tcp://", 6) == 0;
+    c->refused_final =
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        if (c->curve)
+            return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                    "corrald at %s refused this client's CURVE key: no app lists "
+                                    "its public key in curve_keys",
+                                    c->endpoint);
+        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                "corrald at %s refused this connection: no app lists this user "
+                                "(uid %u, gid %u) in its uids or gids, and it is not corrald's "
+                                "owner",
+                                c->endpoint, (unsigned)getuid(), (unsigned)getgid());
+    }
+    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+        event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        return CORRAL_OK;
+    /* corrald serves tcp with CURVE only: a client without keys is refused there, whichever side
+     * notices the mechanisms differ first (the other sees the connection drop). */
+    if (tcp && !c->curve)
+        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                "corrald at %s refused the connection: tcp needs CURVE keys (set "
+                                "CORRAL_SERVER_KEY and CORRAL_CLIENT_KEY_FILE, or --server-key and "
+                                "--client-key-file; see SECURITY.md)",
+                                c->endpoint);
+    /* A connection lost in the handshake (corrald restarting) is retried by libzmq. */
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) return CORRAL_OK;
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                "corrald at %s refused the connection: it does not use CURVE there",
+                                c->endpoint);
+    return corral_error_set(err, c->curve ? CORRAL_PERMISSION_DENIED : CORRAL_PROTOCOL,
+                            "the handshake with corrald at %s failed%s", c->endpoint,
+                            c->curve ? " (is the server key corrald's public key?)" : "");
+}
+
+/* The connection's refusal, if corrald refused it: the monitor's events are read first (without
+ * waiting). A refused handshake (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH or _PROTOCOL) is final: libzmq
+ * drops the connection for good, so every later call fails the same way at once instead of
+ * waiting on a socket that will never send. CORRAL_OK when nothing was refused. */
+static corral_status client_check_refused(corral_client *c, corral_error *err) {
+    for (;;) {
+        if (c->refused != CORRAL_OK)
+            return corral_error_set(err, c->refused, "%s", c->refused_message);
+        zmq_pollitem_t item = {.socket = c->monitor, .events = ZMQ_POLLIN};
+        if (zmq_poll(&item, 1, 0) <= 0) return CORRAL_OK;
+        corral_error why;
+        const corral_status st = client_read_refusal(c, &why);
+        if (st == CORRAL_OK) continue;
+        if (!c->refused_final) {
+            /* Not final (a tcp client without keys whose connection dropped first): this call
+             * fails; libzmq retries, and the retry's refusal is final. */
+            return corral_error_set(err, st, "%s", why.message);
+        }
+        c->refused = st;
+        snprintf(c->refused_message, sizeof c->refused_message, "%s", why.message);
+    }
+}
+
 corral_status client__send(corral_client *c, Corral__V1__Request *req, corral_error *err) {
     req->id = c->next_id++;
     req->app = c->app;
@@ -212,15 +289,30 @@ corral_status client__send(corral_client *c, Corral__V1__Request *req, corral_er
         return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory for a %zu-byte request",
                                 len);
     corral__v1__request__pack(req, zmq_msg_data(&msg));
-    int rc;
-    do {
-        rc = zmq_msg_send(&msg, c->dealer, 0);
-    } while (rc < 0 && zmq_errno() == EINTR);
-    if (rc < 0) {
-        int e = zmq_errno();
+    corral_status st = client_check_refused(c, err);
+    /* Never blocks for good: a full queue, or no connection to queue on (a refused one is gone),
+     * waits for room or a refusal, at most CORRAL_SILENCE_LIMIT_MS. */
+    const int64_t until = client__now_ms() + CORRAL_SILENCE_LIMIT_MS;
+    while (st == CORRAL_OK && zmq_msg_send(&msg, c->dealer, ZMQ_DONTWAIT) < 0) {
+        const int e = zmq_errno();
+        const int64_t left = until - client__now_ms();
+        if (e == EINTR) continue;
+        if (e != EAGAIN || left <= 0) {
+            st = corral_error_set(err, CORRAL_UNAVAILABLE,
+                                  e == EAGAIN ? "cannot send to corrald at %s: %s (is it running?)"
+                                              : "send to corrald at %s failed: %s",
+                                  c->endpoint,
+                                  e == EAGAIN ? "too many messages are waiting" : zmq_strerror(e));
+            break;
+        }
+        zmq_pollitem_t items[2] = {{.socket = c->dealer, .events = ZMQ_POLLOUT},
+                                   {.socket = c->monitor, .events = ZMQ_POLLIN}};
+        if (zmq_poll(items, 2, (long)left) > 0 && (items[1].revents & ZMQ_POLLIN))
+            st = client_check_refused(c, err);
+    }
+    if (st != CORRAL_OK) {
         zmq_msg_close(&msg);
-        return corral_error_set(err, CORRAL_UNAVAILABLE, "send to corrald at %s failed: %s",
-                                c->endpoint, zmq_strerror(e));
+        return st;
     }
     c->last_send_ms = client__now_ms();
     return CORRAL_OK;
@@ -294,57 +386,8 @@ static void client_dispatch(corral_client *c, Corral__V1__Response *resp, size_t
     corral__v1__response__free_unpacked(resp, NULL);
 }
 
-/* A failed handshake the monitor reported: the refusal as the caller's error, or CORRAL_OK for
- * an event that is not one. */
-static corral_status client_read_refusal(corral_client *c, corral_error *err) {
-    zmq_msg_t head, address;
-    zmq_msg_init(&head);
-    zmq_msg_init(&address);
-    uint16_t event = 0;
-    uint32_t value = 0;
-    if (zmq_msg_recv(&head, c->monitor, ZMQ_DONTWAIT) >= 0) {
-        if (zmq_msg_size(&head) >= 6) {
-            memcpy(&event, zmq_msg_data(&head), 2);
-            memcpy(&value, (char *)zmq_msg_data(&head) + 2, 4);
-        }
-        if (zmq_msg_more(&head)) zmq_msg_recv(&address, c->monitor, 0);
-    }
-    zmq_msg_close(&address);
-    zmq_msg_close(&head);
-    const bool tcp = strncmp(c->endpoint, "tcp://", 6) == 0;
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-        if (c->curve)
-            return corral_error_set(err, CORRAL_PERMISSION_DENIED,
-                                    "corrald at %s refused this client's CURVE key: no app lists "
-                                    "its public key in curve_keys",
-                                    c->endpoint);
-        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
-                                "corrald at %s refused this connection: no app lists this user "
-                                "(uid %u, gid %u) in its uids or gids, and it is not corrald's "
-                                "owner",
-                                c->endpoint, (unsigned)getuid(), (unsigned)getgid());
-    }
-    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
-        event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-        return CORRAL_OK;
-    /* corrald serves tcp with CURVE only: a client without keys is refused there, whichever side
-     * notices the mechanisms differ first (the other sees the connection drop). */
-    if (tcp && !c->curve)
-        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
-                                "corrald at %s refused the connection: tcp needs CURVE keys (set "
-                                "CORRAL_SERVER_KEY and CORRAL_CLIENT_KEY_FILE, or --server-key and "
-                                "--client-key-file; see SECURITY.md)",
-                                c->endpoint);
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
-                                "corrald at %s refused the connection: it does not use CURVE there",
-                                c->endpoint);
-    return corral_error_set(err, c->curve ? CORRAL_PERMISSION_DENIED : CORRAL_PROTOCOL,
-                            "the handshake with corrald at %s failed%s", c->endpoint,
-                            c->curve ? " (is the server key corrald's public key?)" : "");
-}
-
 corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *err) {
+    if (c->refused != CORRAL_OK) return corral_error_set(err, c->refused, "%s", c->refused_message);
     for (;;) {
         int64_t now = client__now_ms();
         if (now - c->last_send_ms >= CORRAL_PING_INTERVAL_MS) {
@@ -368,7 +411,7 @@ corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *
                                     zmq_strerror(zmq_errno()));
         }
         if (items[1].revents & ZMQ_POLLIN) {
-            corral_status st = client_read_refusal(c, err);
+            corral_status st = client_check_refused(c, err);
             if (st != CORRAL_OK) return st;
         }
         if (!(items[0].revents & ZMQ_POLLIN)) {

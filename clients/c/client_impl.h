@@ -54,6 +54,11 @@ struct corral_client {
     void *dealer;
     void *monitor; /* PAIR: the dealer's failed handshakes (corrald refused the connection) */
     bool curve;    /* the connection uses CURVE (a tcp endpoint with keys) */
+    /* corrald refused the connection for good (libzmq does not retry a refused handshake):
+     * every later call fails at once with this. CORRAL_OK while it was not. */
+    corral_status refused;
+    char refused_message[CORRAL_ERROR_MESSAGE_MAX];
+    bool refused_final; /* the monitor's last failed handshake was final */
     char endpoint[ENDPOINT_MAX];
     char app[CORRAL_APP_NAME_MAX];
     uint64_t next_id;

@@ -150,10 +150,16 @@ def event_value(frames: Sequence[bytes]) -> int:
     return int(struct.unpack_from("=I", frames[0], 2)[0])
 
 
+def final(event: int) -> bool:
+    """Whether a failed handshake is for good: libzmq does not retry one that was refused or
+    broke the protocol (a connection lost in the handshake is retried)."""
+    return event in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+
+
 def refusal(endpoint: str, event: int, value: int, curve: bool) -> Optional[Tuple[int, str]]:
     """What a failed handshake means: the error code (PERMISSION_DENIED, or PROTOCOL for a
     handshake that broke down without CURVE) and message every waiting call raises; None for
-    other events."""
+    other events, and for a connection lost in the handshake that libzmq retries."""
     denied = pb.PERMISSION_DENIED
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         if curve:
@@ -175,6 +181,8 @@ def refusal(endpoint: str, event: int, value: int, curve: bool) -> Optional[Tupl
             "server_key and client_key_file, or set CORRAL_SERVER_KEY and "
             "CORRAL_CLIENT_KEY_FILE; see SECURITY.md)"
         )
+    if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        return None
     if value == _MECHANISM_MISMATCH:
         return denied, f"corrald at {endpoint} refused the connection: it does not use CURVE there"
     if curve:

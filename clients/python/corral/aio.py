@@ -185,6 +185,8 @@ class AsyncClient:
         self.endpoint: str = endpoint or default_endpoint()
         keys = _auth.curve_keys(self.endpoint, server_key, server_key_file, client_key_file)
         self._curve = keys is not None
+        # Why corrald refused the connection for good (libzmq does not retry it), once it did.
+        self._refused: Optional[CorralError] = None
         #: The app name sent with every request.
         self.app: str = app
         #: Default timeout of every call, in seconds (see the module documentation).
@@ -268,10 +270,14 @@ class AsyncClient:
     def _send(self, request_id: int, **body: Any) -> None:
         if self._sock.closed:
             raise Unavailable(f"the client for {self.endpoint} is closed")
+        if self._refused is not None:
+            raise self._refused
         data = _codec.new_request(request_id, self.app, **body).SerializeToString()
         # With NOBLOCK and no send already queued, pyzmq completes the future on the spot.
         fut: Any = self._sock.send(data, zmq.NOBLOCK)
         if fut.done() and fut.exception() is not None:
+            if self._refused is not None:
+                raise self._refused
             raise Unavailable(
                 f"cannot send to corrald at {self.endpoint}: too many messages are waiting "
                 "(is it running?)"
@@ -374,6 +380,8 @@ class AsyncClient:
                         self.endpoint, event, _auth.event_value(frames), self._curve
                     )
                     if why is not None:
+                        if _auth.final(event):
+                            self._refused = _codec.error_of(*why)
                         self._wake_up(self._demux.refused(*why))
         except asyncio.CancelledError:
             raise

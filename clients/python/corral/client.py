@@ -195,6 +195,8 @@ class Client:
         self.endpoint: str = endpoint or default_endpoint()
         keys = _auth.curve_keys(self.endpoint, server_key, server_key_file, client_key_file)
         self._curve = keys is not None
+        # Why corrald refused the connection for good (libzmq does not retry it), once it did.
+        self._refused: Optional[CorralError] = None
         #: The app name sent with every request.
         self.app: str = app
         #: Default timeout of every call, in seconds (see the module documentation).
@@ -251,10 +253,16 @@ class Client:
     def _send(self, request_id: int, **body: Any) -> None:
         if self._sock.closed:
             raise Unavailable(f"the client for {self.endpoint} is closed")
+        self._read_monitor()
+        if self._refused is not None:
+            raise self._refused
         data = _codec.new_request(request_id, self.app, **body).SerializeToString()
         try:
             self._sock.send(data, zmq.NOBLOCK)
         except zmq.Again:
+            self._read_monitor()  # no connection to queue on: a refused one is gone for good
+            if self._refused is not None:
+                raise self._refused from None
             raise Unavailable(
                 f"cannot send to corrald at {self.endpoint}: too many messages are waiting "
                 "(is it running?)"
@@ -335,6 +343,8 @@ class Client:
             why = _auth.refusal(self.endpoint, event, _auth.event_value(frames), self._curve)
             if why is not None:
                 self._demux.refused(*why)
+                if _auth.final(event):
+                    self._refused = _codec.error_of(*why)
 
     def _call(
         self, what: str, reply: str, timeout: Optional[float], patient: bool = False, **body: Any
