@@ -101,7 +101,8 @@ static void reload_finish(struct core *k, core_task *ct) {
         config_install(k, t->gen);
         log_info("configuration reloaded", LOG_STR("config", t->path),
                  LOG_UINT("models", t->gen->c->n_models),
-                 LOG_STR("note", "listen, limits and threads apply at the next start"));
+                 LOG_STR("note", "listen, limits, threads and auth.server_key_file apply at the "
+                                 "next start"));
         t->gen = NULL;
     }
     cfg_gen_destroy(&t->gen);
