@@ -137,10 +137,12 @@ void apps_count(struct core *k, sjob *sj) {
     const app_rules r = apps_rules(k, sj->j);
     app_count *a = counter_get(k, sj->j->app, r.per_minute);
     if (a) a->n++;
+    sj->counter = a; /* valid while it counts: a counter goes only when its n is 0 */
 }
 
 void apps_uncount(struct core *k, sjob *sj) {
-    app_count *a = counter_find(k, sj->j->app);
+    app_count *a = sj->counter;
+    sj->counter = NULL;
     if (!a) return;
     if (a->n) a->n--;
     const app_rules r = apps_rules(k, sj->j);
@@ -202,65 +204,62 @@ bool apps_allows_model_name(const struct core *k, const job *j, const char *mode
     return cfg_app_allows_model(apps_rules(k, j).app, model);
 }
 
-/* The counted Generate requests of app on sm. */
-static uint32_t queued_on(const struct core *k, const sched_model *sm, const char *app) {
-    uint32_t n = 0;
-    for (const sjob *o = k->jobs; o; o = o->next)
-        n += o->counted && o->model == sm && strcmp(o->j->app, app) == 0;
-    return n;
+/* Tally the counted Generate requests on sm that pass `in` (NULL: all) per app, in one walk: each
+ * app's counter gets the count of this walk (stamped, so that a counter not met has none).
+ * Returns how many apps have one. Linear in the jobs: it runs on every admission to a full queue
+ * and for every slot that frees. */
+static uint32_t tally_apps(struct core *k, const sched_model *sm, bool (*in)(const sjob *)) {
+    const uint64_t stamp = ++k->apps_stamp;
+    uint32_t apps = 0;
+    for (const sjob *o = k->jobs; o; o = o->next) {
+        if (!o->counter || o->model != sm || (in && !in(o))) continue;
+        app_count *c = o->counter;
+        if (c->stamp != stamp) {
+            c->stamp = stamp;
+            c->tally = 0;
+            apps++;
+        }
+        c->tally++;
+    }
+    return apps;
 }
 
-/* Whether an earlier job of the list (before `until`) on sm, passing `in`, has o's app. */
-static bool app_seen_before(const struct core *k, const sjob *until, const sched_model *sm,
-                            bool (*in)(const sjob *), const char *app) {
-    for (const sjob *o = k->jobs; o && o != until; o = o->next)
-        if (o->model == sm && in(o) && strcmp(o->j->app, app) == 0) return true;
-    return false;
-}
-
-static bool is_counted(const sjob *o) {
-    return o->counted;
+/* What the last tally_apps gave app's counter (0 when it has none, or was not met). */
+static uint32_t tallied(const struct core *k, const app_count *c) {
+    return c && c->stamp == k->apps_stamp ? c->tally : 0;
 }
 
 /* A full queue of sm: make room for app's request by refusing the newest waiting request of the
  * app holding the most beyond its share. Returns true when room was made. */
 static bool queue_make_room(struct core *k, sched_model *sm, const char *app, uint32_t limit) {
-    uint32_t apps = 1; /* the newcomer's */
-    for (const sjob *o = k->jobs; o; o = o->next)
-        if (o->counted && o->model == sm && strcmp(o->j->app, app) != 0 &&
-            !app_seen_before(k, o, sm, is_counted, o->j->app))
-            apps++;
+    uint32_t apps = tally_apps(k, sm, NULL);
+    const app_count *mine = counter_find(k, app);
+    if (!tallied(k, mine)) apps++; /* the newcomer's, not in the queue yet */
     const uint32_t share = limit / apps ? limit / apps : 1;
-    if (queued_on(k, sm, app) >= share) return false;
-    /* The app holding the most. */
-    const char *fattest = NULL;
-    uint32_t most = share;
-    for (const sjob *o = k->jobs; o; o = o->next) {
-        if (!o->counted || o->model != sm) continue;
-        const uint32_t n = queued_on(k, sm, o->j->app);
-        if (n > most) {
-            most = n;
-            fattest = o->j->app;
-        }
-    }
+    if (tallied(k, mine) >= share) return false;
+    /* The app holding the most, and its newest request that has not started (and that no actor
+     * works on). */
+    const app_count *fattest = NULL;
+    for (const app_count *c = k->apps; c; c = c->next)
+        if (tallied(k, c) > share && (!fattest || tallied(k, c) > tallied(k, fattest))) fattest = c;
     if (!fattest) return false;
-    /* Its newest request that has not started (and no actor works on). */
     sjob *victim = NULL;
     for (sjob *o = k->jobs; o; o = o->next)
-        if (o->counted && o->model == sm && strcmp(o->j->app, fattest) == 0 && !o->task &&
+        if (o->counter == fattest && o->model == sm && !o->task &&
             (o->phase == SJOB_WAIT_MODEL || o->phase == SJOB_READY))
             victim = o;
     if (!victim) return false;
     char holder[64];
-    snprintf(holder, sizeof holder, "%s", fattest);
+    snprintf(holder, sizeof holder, "%s", fattest->app[0] ? fattest->app : "(default)");
+    const uint32_t most = tallied(k, fattest);
     const bool waited_for_model = victim->phase == SJOB_WAIT_MODEL;
     log_info("queue share: a waiting request makes room for another app's",
-             LOG_STR("model", sm->name), LOG_STR("app", holder[0] ? holder : "(default)"),
-             LOG_UINT("held", most), LOG_UINT("share", share), LOG_UINT("id", victim->j->id));
+             LOG_STR("model", sm->name), LOG_STR("app", holder), LOG_UINT("held", most),
+             LOG_UINT("share", share), LOG_UINT("id", victim->j->id));
     sched_finish_error(k, victim, CORRAL_RESOURCE_EXHAUSTED,
                        "model '%s' is full and app '%s' held %u of its %u places, more than its "
                        "share of %u (limits.queue_per_model): room was made for another app",
-                       sm->name, holder[0] ? holder : "(default)", most, limit, share);
+                       sm->name, holder, most, limit, share);
     if (waited_for_model) residency_forget_load(k, sm);
     return true;
 }
@@ -327,20 +326,22 @@ static bool is_competing(const sjob *o) {
                              !(o->retry_at_us && sched__mono_us() < o->retry_at_us));
 }
 
-bool apps_slot_fair(const struct core *k, const sjob *sj, uint32_t slots) {
+bool apps_slot_fair(struct core *k, const sjob *sj, uint32_t slots) {
     /* The others' requests on their way count as waiting: one that is still being prepared when
      * a slot frees would otherwise lose it to an app that already runs its share. */
     const sched_model *sm = sj->model;
-    uint32_t apps = 0, mine = 0;
+    const uint32_t apps = tally_apps(k, sm, is_competing);
+    if (apps < 2 || !sj->counter) return true;
+    uint32_t mine = 0;
     bool others_wait = false;
     for (const sjob *o = k->jobs; o; o = o->next) {
-        if (o->model != sm || !is_competing(o)) continue;
-        const bool same = strcmp(o->j->app, sj->j->app) == 0;
-        if (!app_seen_before(k, o, sm, is_competing, o->j->app)) apps++;
-        if (same && is_running(o)) mine++;
-        if (!same && !is_running(o) && o->priority >= sj->priority) others_wait = true;
+        if (!o->counter || o->model != sm || !is_competing(o)) continue;
+        if (o->counter == sj->counter)
+            mine += is_running(o);
+        else if (!is_running(o) && o->priority >= sj->priority)
+            others_wait = true;
     }
-    if (!others_wait || apps < 2) return true;
+    if (!others_wait) return true;
     const uint32_t share = slots / apps ? slots / apps : 1;
     return mine < share;
 }

@@ -180,12 +180,14 @@ typedef struct sjob {
     job *j;
     cfg_gen *gen;           /* the configuration it was admitted under (a reference) */
     const cfg_model *entry; /* its model's entry in that configuration */
+    /* Its app's counter while it is counted (a Generate; apps.c). */
+    struct app_count *counter;
     sched_model *model;
     sched_session *session;
     cfg_priority priority;
     sjob_phase phase;
     bool counted;         /* in the model's and app's queue totals */
-    uint32_t token_cap;   /* its app's apps[].max_tokens (0: none), for a request naming none */
+    uint32_t token_cap;   /* its app's max_tokens (0: none), for a request naming none */
     bool waited_for_load; /* its model was loaded for it (its Done counts the load) */
     core_task *task;      /* a task in flight for it (PREPARING, SESSION_IN): it waits for it */
     core_reply *answer;   /* a Tokenize's reply, made by the preparer */
@@ -225,6 +227,8 @@ typedef struct app_count {
     uint32_t n;        /* its Generate requests in flight (waiting or running) */
     double tokens;     /* apps[].requests_per_minute: requests left in the burst */
     int64_t refill_us; /* when tokens was last topped up */
+    uint64_t stamp;    /* fair shares: the walk that counted `tally` (core->apps_stamp) */
+    uint32_t tally;    /* its requests on one model that the walk counted */
     struct app_count *next;
 } app_count;
 
@@ -254,8 +258,12 @@ struct core {
     sched_session *sessions;
     sjob *jobs; /* every job that needs a model, arrival order */
     app_count *apps;
-    atomic_size_t n_apps; /* counters in `apps`: read by any thread (tests of idle dropping) */
-    auth_table *auth; /* the current configuration's; protected by mu (core_auth_acquire) */
+    /* Counters in `apps`, read by any thread (tests of idle dropping); the last walk that tallied
+     * requests per app (apps.c); the current configuration's auth table, protected by mu
+     * (core_auth_acquire). */
+    atomic_size_t n_apps;
+    uint64_t apps_stamp;
+    auth_table *auth;
     int64_t started_us, started_ms;
     uint64_t served;
     uint64_t steps; /* batch steps begun, over all models */
@@ -399,7 +407,7 @@ void apps_count(struct core *k, sjob *sj);
 void apps_uncount(struct core *k, sjob *sj);
 /* Whether sj may take one of sm's `slots` normal active slots now: false while its app runs its
  * share and another app's request of at least its class is ready. */
-bool apps_slot_fair(const struct core *k, const sjob *sj, uint32_t slots);
+bool apps_slot_fair(struct core *k, const sjob *sj, uint32_t slots);
 /* Drop counters that went idle (between steps). */
 void apps_tick(struct core *k);
 void apps_free_all(struct core *k);
