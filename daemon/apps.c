@@ -9,8 +9,8 @@
  * Unpin; a reload is by signal only, so no client can ask for one), its Generate requests in
  * flight (max_concurrent), its requests per minute and the tokens one request may ask for.
  * corrald's owner acting as itself has no limits of its own; the default app "" (a front end's
- * unauthenticated clients) and apps no entry names may use every model up to interactive and no
- * admin operation. Every refusal is an Error PERMISSION_DENIED whose message names the rule, and
+ * unauthenticated clients) has the rules of the entry auth.default_app names, and without one,
+ * like apps no entry names, may use every model up to interactive and no admin operation. Every refusal is an Error PERMISSION_DENIED whose message names the rule, and
  * a log line with the app, the rule and the model.
  *
  * Counters. An app's counter holds its requests in flight and its rate bucket; it exists while
@@ -41,7 +41,9 @@
 
 app_rules apps_rules(const struct core *k, const job *j) {
     const bool owner = j->owner && strcmp(j->app, AUTH_OWNER_APP) == 0;
-    const cfg_app *a = owner ? NULL : cfg_find_app(core_cfg(k), j->app);
+    /* The default app "" follows auth.default_app's entry when the config names one. */
+    const cfg *c = core_cfg(k);
+    const cfg_app *a = owner ? NULL : cfg_find_app(c, j->app[0] ? j->app : c->default_app);
     return (app_rules){
         .app = a,
         .owner = owner,

@@ -479,6 +479,13 @@ static const cfg_option root_options[] = {
      NO_HAS,
      .doc = "corrald's CURVE secret key (z85, `corral keygen`; not readable by other users): "
             "required by tcp endpoints, whose clients must hold a key of apps[].curve_keys"},
+    {.path = "auth.default_app",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg, default_app),
+     NO_HAS,
+     .doc = "the app (of `apps`) whose rules apply to requests a front end takes without knowing "
+            "who sent them (HTTP requests without a key, from loopback); unset: every model up "
+            "to interactive, no admin operation"},
     {.path = "sanitizers",
      .type = CFG_TYPE_LIST,
      .offset = offsetof(cfg, sanitizers),
@@ -1375,6 +1382,10 @@ static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err
                 return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                         "%s: app '%s' names model '%s', which is not configured",
                                         name, c->apps[i].name, c->apps[i].models[k]);
+    if (c->default_app && !cfg_find_app(c, c->default_app))
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "%s: auth.default_app names app '%s', which is not in `apps`", name,
+                                c->default_app);
     /* The HTTP API: well-formed addresses, and keys before anything beyond loopback. */
     for (size_t i = 0; i < c->n_http_listen; i++) {
         endpoint_addr addr;

@@ -162,6 +162,7 @@ typedef struct cfg {
     /* auth: who the clients are (SECURITY.md) */
     bool auth_owner;       /* ipc peers with corrald's own uid, mapped to no app, are its owner */
     char *server_key_file; /* the CURVE secret key of tcp endpoints (z85); NULL: no tcp */
+    char *default_app;     /* the app whose rules apply to the default app ""; NULL: built-in */
 } cfg;
 
 /* A configuration holding every default. Caller owns the result (cfg_destroy). NULL only when

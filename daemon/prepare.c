@@ -85,7 +85,8 @@ static corral_status build_params(sjob *sj, corral_error *err) {
  * names one. The request's name was checked at admission. */
 static corral_status find_profile(sjob *sj, corral_error *err) {
     const char *name = sj->j->req.generate.sanitizer[0] ? sj->j->req.generate.sanitizer : NULL;
-    const cfg_app *app = cfg_find_app(sj->gen->c, sj->j->app);
+    const cfg *c = sj->gen->c;
+    const cfg_app *app = cfg_find_app(c, sj->j->app[0] ? sj->j->app : c->default_app);
     if (!name && app) name = app->sanitizer;
     if (!name) name = sj->entry->sanitizer;
     sj->profile = cfg_gen_profile(sj->gen, name);

@@ -341,7 +341,8 @@ END_TEST
 #define TEST_KEY "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 
 START_TEST(test_auth_keys) {
-    const char *text = "auth: {owner: false, server_key_file: keys/corral.key}\n"
+    const char *text = "auth: {owner: false, server_key_file: keys/corral.key, default_app: "
+                       "plain.app_2-x}\n"
                        "apps:\n"
                        "  - name: speaker\n"
                        "    uids: [1001, 1002]\n"
@@ -356,6 +357,7 @@ START_TEST(test_auth_keys) {
     cfg *c = cfg_load_string(text, strlen(text), "t.yaml", &err);
     ck_assert_msg(c != NULL, "%s", err.message);
     ck_assert(!c->auth_owner);
+    ck_assert_str_eq(c->default_app, "plain.app_2-x");
     /* Relative to the config's folder (here the current directory). */
     ck_assert_ptr_nonnull(strstr(c->server_key_file, "/keys/corral.key"));
     const cfg_app *a = cfg_find_app(c, "speaker");
@@ -380,6 +382,7 @@ START_TEST(test_auth_keys) {
     c = cfg_new_defaults(&err);
     ck_assert(c->auth_owner);
     ck_assert_ptr_null(c->server_key_file);
+    ck_assert_ptr_null(c->default_app);
     cfg_destroy(&c);
 }
 END_TEST
@@ -419,6 +422,8 @@ START_TEST(test_auth_key_errors) {
     expect_error("apps:\n  - name: s\n    requests_per_minute: 9999999999\n", "out of range");
     expect_error("auth: {owner: maybe}\n", "auth.owner: expected true or false");
     expect_error("auth: {server_key: x}\n", "unknown key 'auth.server_key'");
+    expect_error("auth: {default_app: ghost}\n",
+                 "auth.default_app names app 'ghost', which is not in `apps`");
 }
 END_TEST
 

@@ -449,6 +449,18 @@ START_TEST(test_the_default_app_is_not_the_owner) {
         tjob_free(t);
     }
     core_destroy(&k);
+    /* auth.default_app gives the default app an entry's rules: here, admin operations. */
+    k = start("auth: {default_app: local}\napps:\n  - name: local\n    admin: true\n");
+    t = tjob_new();
+    t->j->app[0] = '\0';
+    t->j->owner = false;
+    t->j->req.kind = CORE_PIN;
+    t->j->req.target.model = "stories";
+    core_submit(k, t->j);
+    tjob_wait(t, 10000);
+    ck_assert_msg(t->final == JOB_FINAL_REPLY, "%s", t->j->error_message);
+    tjob_free(t);
+    core_destroy(&k);
 }
 END_TEST
 
