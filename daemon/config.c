@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "corral/curve.h"
 #include "corral/endpoint.h"
 #include "corral/evict.h"
 
@@ -45,6 +46,7 @@ typedef enum cfg_type {
     CFG_TYPE_STEPS,     /* sanitizer steps: a list of single-key mappings `- kind: {k: v, ...}` */
     CFG_TYPE_ENDPOINTS, /* a sequence of endpoint strings (or one string) */
     CFG_TYPE_NAMES,     /* a sequence of names (or one name) */
+    CFG_TYPE_IDS,       /* a sequence of numeric user or group ids (or one), as uint32_t */
     CFG_TYPE_LIST,      /* a sequence of mappings, each walked against item_table */
 } cfg_type;
 
@@ -59,7 +61,8 @@ typedef struct cfg_option {
     const char *default_value; /* YAML text, parsed like a value from a file; NULL: none */
     bool required;             /* must be given (list items) */
     ptrdiff_t has_offset;      /* >= 0: a bool field set when the key is given; -1: none */
-    /* LIST: the item table, the item size and where the count lives. NAMES/ENDPOINTS: count. */
+    /* LIST: the item table, the item size and where the count lives. NAMES/ENDPOINTS/IDS:
+     * count. */
     const cfg_table *item_table;
     size_t item_size;
     size_t count_offset;
@@ -191,7 +194,31 @@ static const cfg_option app_options[] = {
      .offset = offsetof(cfg_app, name),
      .required = true,
      NO_HAS,
-     .doc = "the name clients send in Request.app"},
+     .doc = "the app's name (letters, digits, '.', '_', '-'; at most 63): what logs show, and "
+            "what Request.app selects when a client may act as several apps"},
+    {.path = "uids",
+     .type = CFG_TYPE_IDS,
+     .offset = offsetof(cfg_app, uids),
+     .count_offset = offsetof(cfg_app, n_uids),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "local users (numeric uids) whose ipc connections act as this app"},
+    {.path = "gids",
+     .type = CFG_TYPE_IDS,
+     .offset = offsetof(cfg_app, gids),
+     .count_offset = offsetof(cfg_app, n_gids),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "local groups (numeric gids): ipc connections of processes running with one of them "
+            "as their group act as this app"},
+    {.path = "curve_keys",
+     .type = CFG_TYPE_NAMES,
+     .offset = offsetof(cfg_app, curve_keys),
+     .count_offset = offsetof(cfg_app, n_curve_keys),
+     .default_value = "[]",
+     NO_HAS,
+     .doc = "CURVE public keys (z85, 40 characters; `corral keygen`) of tcp clients that act as "
+            "this app"},
     {.path = "models",
      .type = CFG_TYPE_NAMES,
      .offset = offsetof(cfg_app, models),
@@ -204,7 +231,40 @@ static const cfg_option app_options[] = {
      .offset = offsetof(cfg_app, max_priority),
      .default_value = "interactive",
      NO_HAS,
-     .doc = "highest class the app may ask for"},
+     .doc = "highest class the app may ask for (a request above it is refused; one naming no "
+            "class runs at most at it)"},
+    {.path = "admin",
+     .type = CFG_TYPE_BOOL,
+     .offset = offsetof(cfg_app, admin),
+     .default_value = "false",
+     NO_HAS,
+     .doc = "may Load, Unload, Pin and Unpin models"},
+    {.path = "max_concurrent",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg_app, max_concurrent),
+     .min = 0,
+     .max = 100000,
+     .default_value = "0",
+     NO_HAS,
+     .doc = "Generate requests of the app in flight at once (0: only limits.queue_per_app)"},
+    {.path = "requests_per_minute",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg_app, requests_per_minute),
+     .min = 0,
+     .max = 6000000,
+     .default_value = "0",
+     NO_HAS,
+     .doc = "requests (all but Status and ListModels) per minute, in bursts of up to as many "
+            "(0: no limit)"},
+    {.path = "max_tokens",
+     .type = CFG_TYPE_INT,
+     .offset = offsetof(cfg_app, max_tokens),
+     .min = 0,
+     .max = 1 << 20,
+     .default_value = "0",
+     NO_HAS,
+     .doc = "tokens one Generate may ask for; a request naming no limit gets at most this many "
+            "(0: no limit)"},
     {.path = "sanitizer",
      .type = CFG_TYPE_STRING,
      .offset = offsetof(cfg_app, sanitizer),
@@ -406,6 +466,26 @@ static const cfg_option root_options[] = {
      .default_value = "32GiB",
      NO_HAS,
      .doc = "size of cache.dir: the least recently used images are removed beyond it (0: none)"},
+    {.path = "auth.owner",
+     .type = CFG_TYPE_BOOL,
+     .offset = offsetof(cfg, auth_owner),
+     .default_value = "true",
+     NO_HAS,
+     .doc = "ipc clients running as corrald's own user, when no app lists that uid, are its "
+            "owner: every model, admin operations, any app; false: they are refused too"},
+    {.path = "auth.server_key_file",
+     .type = CFG_TYPE_PATH,
+     .offset = offsetof(cfg, server_key_file),
+     NO_HAS,
+     .doc = "corrald's CURVE secret key (z85, `corral keygen`; not readable by other users): "
+            "required by tcp endpoints, whose clients must hold a key of apps[].curve_keys"},
+    {.path = "auth.default_app",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg, default_app),
+     NO_HAS,
+     .doc = "the app (of `apps`) whose rules apply to requests a front end takes without knowing "
+            "who sent them (HTTP requests without a key, from loopback); unset: every model up "
+            "to interactive, no admin operation"},
     {.path = "sanitizers",
      .type = CFG_TYPE_LIST,
      .offset = offsetof(cfg, sanitizers),
@@ -493,8 +573,9 @@ static const cfg_option root_options[] = {
      .item_size = sizeof(cfg_app),
      .default_value = "[]",
      NO_HAS,
-     .doc = "the apps that connect (name, models, max_priority); apps not listed get the default: "
-            "every model, up to interactive"},
+     .doc = "the apps that connect: who each is (uids, gids, curve_keys) and what it may do "
+            "(models, max_priority, admin, max_concurrent, requests_per_minute, max_tokens, "
+            "sanitizer); any other client is refused, except corrald's owner (auth.owner)"},
 };
 static const cfg_table root_table = {root_options, N_OF(root_options)};
 
@@ -704,6 +785,41 @@ static corral_status cfg_set_strings(cfg_loader *ld, const cfg_option *opt, void
     return CORRAL_OK;
 }
 
+/* IDS: a list of numeric user or group ids. */
+static corral_status cfg_set_ids(cfg_loader *ld, const cfg_option *opt, void *base,
+                                 yaml_node_t *node) {
+    yaml_node_t **items;
+    size_t n;
+    corral_status st = scalar_items(ld, opt, node, &items, &n, "a numeric id");
+    if (st != CORRAL_OK) return st;
+    uint32_t *ids = calloc(n ? n : 1, sizeof *ids);
+    if (!ids) {
+        free(items);
+        return cfg_oom(ld);
+    }
+    for (size_t i = 0; i < n && st == CORRAL_OK; i++) {
+        int64_t v;
+        const char *text = scalar_text(items[i]);
+        /* (uid_t)-1 means "no change" to the kernel: it names nobody. */
+        if (parse_int(text, &v) || v < 0 || v >= UINT32_MAX)
+            st = cfg_fail(ld, items[i], "%s: expected a numeric id (`id -u NAME`), got '%s'",
+                          opt->path, text);
+        else
+            ids[i] = (uint32_t)v;
+    }
+    free(items);
+    if (st != CORRAL_OK) {
+        free(ids);
+        return st;
+    }
+    uint32_t **field = (uint32_t **)((char *)base + opt->offset);
+    size_t *count = (size_t *)((char *)base + opt->count_offset);
+    free(*field);
+    *field = ids;
+    *count = n;
+    return CORRAL_OK;
+}
+
 static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *base,
                                       yaml_node_t *map, const char *prefix);
 static corral_status cfg_apply_defaults(const cfg_table *t, void *base, corral_error *err);
@@ -868,6 +984,8 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
         case CFG_TYPE_ENDPOINTS:
         case CFG_TYPE_NAMES:
             return cfg_set_strings(ld, opt, base, node);
+        case CFG_TYPE_IDS:
+            return cfg_set_ids(ld, opt, base, node);
         case CFG_TYPE_LIST:
             return cfg_set_list(ld, opt, base, node);
         default:
@@ -978,6 +1096,7 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
             break;
         case CFG_TYPE_ENDPOINTS:
         case CFG_TYPE_NAMES:
+        case CFG_TYPE_IDS:
         case CFG_TYPE_LIST:
         case CFG_TYPE_STEPS:
             break;
@@ -1164,6 +1283,13 @@ static void cfg_free_fields(const cfg_table *t, void *base) {
                 *count = 0;
                 break;
             }
+            case CFG_TYPE_IDS: {
+                size_t *count = (size_t *)((char *)base + opt->count_offset);
+                free(*(uint32_t **)field);
+                *(uint32_t **)field = NULL;
+                *count = 0;
+                break;
+            }
             case CFG_TYPE_STEPS: {
                 size_t *count = (size_t *)((char *)base + opt->count_offset);
                 free_steps(*(cfg_policy_step **)field, *count);
@@ -1185,6 +1311,18 @@ static void cfg_free_fields(const cfg_table *t, void *base) {
                 break;
         }
     }
+}
+
+/* An app's name: what logs print and clients select, so plain characters only (a name cannot
+ * look like the owner's "(owner)", or carry a byte a log or a terminal would interpret). */
+static bool app_name_ok(const char *s) {
+    const size_t len = strlen(s);
+    if (len == 0 || len > 63) return false;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
 }
 
 /* Checks that span keys: the watermarks' order, model files, apps naming real models. */
@@ -1217,6 +1355,21 @@ static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err
                                     "not in `sanitizers`",
                                     name, c->models[i].cfg_line, c->models[i].name,
                                     c->models[i].sanitizer);
+    for (size_t i = 0; i < c->n_apps; i++) {
+        const cfg_app *a = &c->apps[i];
+        if (!app_name_ok(a->name))
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%s: app '%s': a name is 1 to 63 letters, digits, '.', '_' or "
+                                    "'-'",
+                                    name, a->name);
+        for (size_t k = 0; k < a->n_curve_keys; k++)
+            if (!curve_key_valid(a->curve_keys[k]))
+                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                        "%s: app '%s': curve_keys entry %zu is not a CURVE public "
+                                        "key (40 characters of z85, as `corral keygen` writes "
+                                        "in NAME.pub)",
+                                        name, a->name, k + 1);
+    }
     for (size_t i = 0; i < c->n_apps; i++)
         if (c->apps[i].sanitizer && !cfg_find_sanitizer(c, c->apps[i].sanitizer))
             return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
@@ -1229,6 +1382,10 @@ static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err
                 return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                         "%s: app '%s' names model '%s', which is not configured",
                                         name, c->apps[i].name, c->apps[i].models[k]);
+    if (c->default_app && !cfg_find_app(c, c->default_app))
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "%s: auth.default_app names app '%s', which is not in `apps`", name,
+                                c->default_app);
     /* The HTTP API: well-formed addresses, and keys before anything beyond loopback. */
     for (size_t i = 0; i < c->n_http_listen; i++) {
         endpoint_addr addr;
@@ -1407,6 +1564,7 @@ static void print_table(FILE *out, const cfg_table *t, const char *prefix) {
         [CFG_TYPE_KV_TYPE] = "f16|f32", [CFG_TYPE_ENDPOINTS] = "endpoints",
         [CFG_TYPE_POLICY] = "policy",
         [CFG_TYPE_STEPS] = "steps",   [CFG_TYPE_NAMES] = "names",
+        [CFG_TYPE_IDS] = "ids",
         [CFG_TYPE_LIST] = "list",
     };
     for (size_t i = 0; i < t->n; i++) {

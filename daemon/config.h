@@ -86,12 +86,27 @@ typedef struct cfg_model {
     int cfg_line; /* where the entry starts, for messages */
 } cfg_model;
 
+/* An app: who may act as it (SECURITY.md; the daemon establishes a request's app from the
+ * client's credentials, daemon/auth.h) and what it may do (enforced by the core). */
 typedef struct cfg_app {
-    char *name;
+    char *name;    /* 1-63 bytes of [A-Za-z0-9._-] */
     char **models; /* models it may use; n_models == 0: all */
     size_t n_models;
-    cfg_priority max_priority; /* requests above it are lowered to it */
+    cfg_priority max_priority; /* requests asking for more are refused; those naming no class run
+                                  at most at it */
     char *sanitizer;           /* profile for its requests instead of the model's; NULL: the model's */
+    /* Who: ipc peers whose uid or gid is listed, tcp peers holding one of the CURVE keys. */
+    uint32_t *uids;
+    size_t n_uids;
+    uint32_t *gids;
+    size_t n_gids;
+    char **curve_keys; /* clients' CURVE public keys, z85 (40 characters) */
+    size_t n_curve_keys;
+    /* What: 0 means no limit for each of the three numbers. */
+    bool admin;                  /* may Load, Unload, Pin and Unpin */
+    int64_t max_concurrent;      /* Generate requests in flight at once */
+    int64_t requests_per_minute; /* requests (all but Status and ListModels) per minute */
+    int64_t max_tokens;          /* tokens one Generate may ask for */
 } cfg_app;
 
 /* A bearer key of the HTTP front end: the file that holds it, and the app its requests run as. */
@@ -144,6 +159,10 @@ typedef struct cfg {
     size_t n_apps;
     cfg_sanitizer *sanitizers;
     size_t n_sanitizers;
+    /* auth: who the clients are (SECURITY.md) */
+    bool auth_owner;       /* ipc peers with corrald's own uid, mapped to no app, are its owner */
+    char *server_key_file; /* the CURVE secret key of tcp endpoints (z85); NULL: no tcp */
+    char *default_app;     /* the app whose rules apply to the default app ""; NULL: built-in */
 } cfg;
 
 /* A configuration holding every default. Caller owns the result (cfg_destroy). NULL only when

@@ -70,12 +70,14 @@ cfg_gen *cfg_gen_new(cfg *c, corral_error *err) {
         }
         g->n_profiles++;
     }
+    if (!(g->auth = auth_table_new(c, err))) cfg_gen_destroy(&g);
     return g;
 }
 
 void cfg_gen_destroy(cfg_gen **pg) {
     if (!pg || !*pg) return;
     profiles_free(*pg);
+    auth_table_release(&(*pg)->auth);
     cfg_destroy(&(*pg)->c);
     free(*pg);
     *pg = NULL;
@@ -101,5 +103,10 @@ corral_status core_check_config(const cfg *c, corral_error *err) {
             st = err->status;
     }
     profiles_free(&g);
+    if (st == CORRAL_OK) {
+        auth_table *t = auth_table_new(c, err);
+        if (!t) st = err->status;
+        auth_table_release(&t);
+    }
     return st;
 }

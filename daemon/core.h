@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "auth.h"
 #include "config.h"
 #include "corral/status.h"
 #include "job.h"
@@ -32,6 +33,11 @@ corral_status core_check_config(const cfg *c, corral_error *err);
 /* The configuration the core started with. Borrowed: valid until core_destroy (a reload does not
  * free it). For front-end settings that apply at start (limits, listen endpoints). */
 const cfg *core_initial_config(const core *k);
+
+/* The current configuration's auth table (auth.h: who may act as which app), for a front end to
+ * establish the app of its clients' requests. Caller owns the reference (auth_table_release); a
+ * reload installs a new table and never changes one that is held. Thread-safe. */
+auth_table *core_auth_acquire(core *k);
 
 /* Hand a job over; its events go to its sink (job.h). Thread-safe. */
 void core_submit(core *k, job *j);

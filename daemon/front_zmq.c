@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@
 #include "corral.pb-c.h"
 #include "corral/endpoint.h"
 #include "corral/log.h"
+#include "front_zmq_auth.h"
 #include "front_zmq_proto.h"
 #include "job.h"
 
@@ -90,6 +92,7 @@ struct front_zmq {
     core_sink *sink;
     void *zctx;
     void *router;
+    zauth *auth; /* the ZAP handler and the handshake monitor */
     char *endpoints[FRONT_MAX_ENDPOINTS];
     size_t n_endpoints;
     int event_fd;
@@ -131,6 +134,12 @@ static corral_status front_bind(front_zmq *f, const char *endpoint, corral_error
     if (zmq_bind(f->router, address) != 0)
         return corral_error_set(err, CORRAL_IO, "cannot bind %s: %s", endpoint,
                                 zmq_strerror(zmq_errno()));
+    /* Connecting to a Unix socket takes write permission on it. Who may reach it is the
+     * directory's mode (endpoint_prepare_bind: ours, writable by nobody else; 0700 unless the
+     * operator lets others in), and who may use it is the ZAP handler's decision. */
+    if (strncmp(endpoint, "ipc://", 6) == 0 && chmod(endpoint + 6, 0666) != 0)
+        log_warn("cannot make the socket connectable by other users", LOG_STR("endpoint", endpoint),
+                 LOG_STR("error", strerror(errno)));
     f->endpoints[f->n_endpoints] = strdup(endpoint);
     if (!f->endpoints[f->n_endpoints])
         return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
@@ -182,13 +191,25 @@ front_zmq *front_zmq_new(const cfg *c, corral_error *err) {
     heartbeat *= 3;
     zmq_setsockopt(f->router, ZMQ_HEARTBEAT_TIMEOUT, &heartbeat, sizeof heartbeat);
 
+    /* Every connection is authenticated (front_zmq_auth.h): the ZAP handler is bound before the
+     * first listener, ipc listeners come first, then the socket turns CURVE server for tcp. */
+    if (!(f->auth = zauth_new(f->zctx, f->router, err))) goto fail;
+    if (zauth_prepare_ipc(f->router, err) != CORRAL_OK) goto fail;
     if (c->n_listen == 0) {
         char endpoint[ENDPOINT_MAX];
         if (endpoint_default(endpoint, sizeof endpoint, err) != CORRAL_OK) goto fail;
         if (front_bind(f, endpoint, err) != CORRAL_OK) goto fail;
-    } else {
-        for (size_t i = 0; i < c->n_listen; i++)
-            if (front_bind(f, c->listen[i], err) != CORRAL_OK) goto fail;
+    }
+    for (size_t i = 0; i < c->n_listen; i++)
+        if (strncmp(c->listen[i], "tcp://", 6) != 0 &&
+            front_bind(f, c->listen[i], err) != CORRAL_OK)
+            goto fail;
+    bool curve = false;
+    for (size_t i = 0; i < c->n_listen; i++) {
+        if (strncmp(c->listen[i], "tcp://", 6) != 0) continue;
+        if (!curve && zauth_prepare_tcp(f->router, c, c->listen[i], err) != CORRAL_OK) goto fail;
+        curve = true;
+        if (front_bind(f, c->listen[i], err) != CORRAL_OK) goto fail;
     }
     return f;
 fail:
@@ -454,7 +475,17 @@ static void check_liveness(front_zmq *f) {
 /* ---- receiving ------------------------------------------------------------------------------- */
 
 static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len,
-                           const uint8_t *data, size_t len) {
+                           zmq_msg_t *payload) {
+    const uint8_t *data = zmq_msg_data(payload);
+    const size_t len = zmq_msg_size(payload);
+    /* Who sent it: the ZAP handler named the connection's peer (front_zmq_auth.h). */
+    auth_peer who;
+    if (zauth_peer_of(payload, &who) != CORRAL_OK) {
+        log_warn("message refused: its connection was not authenticated");
+        send_error(f, peer_id, peer_len, 0, CORRAL_PERMISSION_DENIED,
+                   "this connection was not authenticated by corrald");
+        return;
+    }
     if (len > f->config->max_message_bytes) {
         peer_touch(f, peer_id, peer_len);
         char message[160];
@@ -517,6 +548,22 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
         corral__v1__request__free_unpacked(req, NULL);
         return;
     }
+    /* The app it runs as: the peer's own, or the one Request.app names if the peer may act as
+     * it (auth.h); the client's word alone never decides. */
+    auth_grant grant;
+    auth_table *table = core_auth_acquire(f->core);
+    const corral_status granted = auth_select(table, &who, req->app, &grant, &err);
+    auth_table_release(&table);
+    if (granted != CORRAL_OK) {
+        char peer_name[128];
+        auth_peer_describe(&who, peer_name, sizeof peer_name);
+        log_warn("permission denied", LOG_STR("app", req->app), LOG_STR("rule", "Request.app"),
+                 LOG_STR("peer", peer_name), LOG_UINT("id", req->id));
+        send_error(f, peer_id, peer_len, req->id, granted, err.message);
+        free(extra);
+        corral__v1__request__free_unpacked(req, NULL);
+        return;
+    }
     const char *problem = NULL;
     corral_status code = CORRAL_INVALID_ARGUMENT;
     if (f->stopping) {
@@ -524,8 +571,6 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
         code = CORRAL_UNAVAILABLE;
     } else if (req->id == 0) {
         problem = "request id 0 is reserved; use ids from 1";
-    } else if (strlen(req->app) >= sizeof(((job *)0)->app)) {
-        problem = "app name longer than 63 bytes";
     } else if (peer_len > PEER_ID_MAX) {
         problem = "routing identity too long";
     } else if (inflight_find(f, peer_id, peer_len, req->id)) {
@@ -559,8 +604,8 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
     j->req = creq;
     q->stream = j->req.kind == CORE_GENERATE && j->req.generate.stream;
     j->id = req->id;
-    /* The app name was checked to fit (the check above): copied whole. */
-    snprintf(j->app, sizeof j->app, "%s", req->app);
+    snprintf(j->app, sizeof j->app, "%s", grant.app);
+    j->owner = grant.owner;
     j->received_us = mono_us();
     if (j->req.kind == CORE_GENERATE && j->req.generate.deadline_ms)
         j->deadline_us = j->received_us + (int64_t)j->req.generate.deadline_ms * 1000;
@@ -590,8 +635,7 @@ static void front_receive(front_zmq *f) {
                    "expected exactly one frame per request");
         goto done;
     }
-    handle_request(f, zmq_msg_data(&identity), zmq_msg_size(&identity), zmq_msg_data(&payload),
-                   zmq_msg_size(&payload));
+    handle_request(f, zmq_msg_data(&identity), zmq_msg_size(&identity), &payload);
 done:
     zmq_msg_close(&payload);
     zmq_msg_close(&identity);
@@ -608,10 +652,12 @@ corral_status front_zmq_run(front_zmq *f, core *k, int signal_fd, const char *co
             {.socket = f->router, .events = ZMQ_POLLIN},
             {.fd = signal_fd, .events = ZMQ_POLLIN},
             {.fd = f->event_fd, .events = ZMQ_POLLIN},
+            {.socket = zauth_zap_socket(f->auth), .events = ZMQ_POLLIN},
+            {.socket = zauth_monitor_socket(f->auth), .events = ZMQ_POLLIN},
         };
         bool held = false;
         for (zreq *q = f->inflight; q && !held; q = q->next) held = q->paused_since_us != 0;
-        int rc = zmq_poll(items, 3, held || f->stopping ? 5 : 250);
+        int rc = zmq_poll(items, 5, held || f->stopping ? 5 : 250);
         if (rc < 0) {
             if (zmq_errno() == EINTR) continue;
             return corral_error_set(err, CORRAL_INTERNAL, "zmq_poll: %s",
@@ -637,6 +683,17 @@ corral_status front_zmq_run(front_zmq *f, core *k, int signal_fd, const char *co
             }
         }
         if (items[2].revents & ZMQ_POLLIN) deliver_events(f);
+        /* A handshake waits for its ZAP answer: answer every request that is there. */
+        if (items[3].revents & ZMQ_POLLIN) {
+            int events = 0;
+            size_t events_len = sizeof events;
+            do {
+                zauth_answer_zap(f->auth, f->core);
+                if (zmq_getsockopt(zauth_zap_socket(f->auth), ZMQ_EVENTS, &events, &events_len))
+                    break;
+            } while (events & ZMQ_POLLIN);
+        }
+        if (items[4].revents & ZMQ_POLLIN) zauth_read_monitor(f->auth);
         if (items[0].revents & ZMQ_POLLIN) {
             /* Drain everything that is ready, then poll again. */
             int events = 0;
@@ -666,6 +723,7 @@ void front_zmq_destroy(front_zmq **pf) {
         next = p->next;
         free(p);
     }
+    zauth_destroy(&f->auth);
     if (f->router) {
         for (size_t i = 0; i < f->n_endpoints; i++) zmq_unbind(f->router, f->endpoints[i]);
         zmq_close(f->router);

@@ -4,9 +4,11 @@
  * core's answers back (the zguide's ROUTER/DEALER pattern).
  *
  * The loop runs on the thread that calls front_zmq_run(). It enforces the transport's rules:
- * message size limits, liveness (requests of silent or vanished clients are cancelled) and flow
- * control (a client that stops reading has its stream paused, then cancelled after the stall
- * timeout), so nothing a client does can make the daemon's memory grow without bound.
+ * who the client is (every connection passes corrald's ZAP handler, front_zmq_auth.h, and each
+ * request runs as an app the connection may act as: auth.h), message size limits, liveness
+ * (requests of silent or vanished clients are cancelled) and flow control (a client that stops
+ * reading has its stream paused, then cancelled after the stall timeout), so nothing a client does
+ * can make the daemon's memory grow without bound.
  */
 #ifndef CORRAL_DAEMON_FRONT_ZMQ_H
 #define CORRAL_DAEMON_FRONT_ZMQ_H
@@ -20,7 +22,7 @@
 typedef struct front_zmq front_zmq;
 
 /* Create the ZeroMQ context and bind every endpoint of c (the default endpoint when it lists
- * none, creating private ipc directories as needed). corrald does this before its core touches
+ * none, creating private ipc directories as needed; tcp ones only with c's CURVE server key). corrald does this before its core touches
  * any state, so a daemon that cannot listen (another one is there) changes nothing. Borrows c: it
  * must outlive the front end. Returns NULL with err naming the endpoint that failed. Caller owns
  * the result. tcp://localhost:PORT binds 127.0.0.1:PORT; tcp://[::1]:PORT binds IPv6 loopback. */

@@ -81,7 +81,13 @@ typedef struct job job;
 struct job {
     /* Set by the front end before core_submit. */
     core_request req;
-    char app[64];                    /* the app the request runs as */
+    /* The app the request runs as: established by the front end from who the client is
+     * (auth.h), never from its word alone; the core applies that app's rules. "" is the default
+     * app (a front end's unauthenticated clients, if it has any): every model up to interactive,
+     * no admin operation. `owner` is set by a front end only for corrald's owner (auth.h): with
+     * app AUTH_OWNER_APP, every model and admin operation and no per-app limits. */
+    char app[64];
+    bool owner;
     uint64_t id;                     /* the front end's id of the request, for logs */
     int64_t received_us;             /* monotonic */
     int64_t deadline_us;             /* monotonic; 0 = none */

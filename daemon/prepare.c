@@ -51,9 +51,11 @@ static corral_status build_params(sjob *sj, corral_error *err) {
                                  (sj->j->id << 17) ^ (uint64_t)sj->j->received_us;
     corral_status st = sampler_validate_params(sp, err);
     if (st != CORRAL_OK) return st;
-    const uint64_t mt = q->has_max_tokens ? q->max_tokens
-                                          : (d->has_max_tokens ? (uint64_t)d->max_tokens
-                                                               : SCHED_DEFAULT_MAX_TOKENS);
+    uint64_t mt = q->has_max_tokens
+                      ? q->max_tokens
+                      : (d->has_max_tokens ? (uint64_t)d->max_tokens : SCHED_DEFAULT_MAX_TOKENS);
+    /* A request naming no limit gets at most its app's (one naming more was refused). */
+    if (!q->has_max_tokens && sj->token_cap && mt > sj->token_cap) mt = sj->token_cap;
     if (mt == 0)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "max_tokens must be at least 1");
     if (mt > sm->context)
@@ -83,7 +85,8 @@ static corral_status build_params(sjob *sj, corral_error *err) {
  * names one. The request's name was checked at admission. */
 static corral_status find_profile(sjob *sj, corral_error *err) {
     const char *name = sj->j->req.generate.sanitizer[0] ? sj->j->req.generate.sanitizer : NULL;
-    const cfg_app *app = cfg_find_app(sj->gen->c, sj->j->app);
+    const cfg *c = sj->gen->c;
+    const cfg_app *app = cfg_find_app(c, sj->j->app[0] ? sj->j->app : c->default_app);
     if (!name && app) name = app->sanitizer;
     if (!name) name = sj->entry->sanitizer;
     sj->profile = cfg_gen_profile(sj->gen, name);

@@ -55,6 +55,11 @@ static void config_install(struct core *k, cfg_gen *g) {
     k->configs = g;
     cfg_gen *old = k->config;
     k->config = g;
+    /* Front ends read the table on their own threads (core_auth_acquire). */
+    pthread_mutex_lock(&k->mu);
+    auth_table_release(&k->auth);
+    k->auth = auth_table_ref(g->auth);
+    pthread_mutex_unlock(&k->mu);
     residency_sync(k, g->c);
     if (old) sched_config_unref(k, old);
 }
@@ -96,7 +101,8 @@ static void reload_finish(struct core *k, core_task *ct) {
         config_install(k, t->gen);
         log_info("configuration reloaded", LOG_STR("config", t->path),
                  LOG_UINT("models", t->gen->c->n_models),
-                 LOG_STR("note", "listen, limits and threads apply at the next start"));
+                 LOG_STR("note", "listen, limits, threads and auth.server_key_file apply at the "
+                                 "next start"));
         t->gen = NULL;
     }
     cfg_gen_destroy(&t->gen);
@@ -157,17 +163,6 @@ static void finish_tasks(struct core *k, core_task *list) {
 
 /* ---- ending jobs ----------------------------------------------------------------------------- */
 
-app_count *sched_app_counter(struct core *k, const char *app) {
-    for (app_count *a = k->apps; a; a = a->next)
-        if (strcmp(a->app, app) == 0) return a;
-    app_count *a = calloc(1, sizeof *a);
-    if (!a) return NULL;
-    snprintf(a->app, sizeof a->app, "%s", app);
-    a->next = k->apps;
-    k->apps = a;
-    return a;
-}
-
 /* Release everything the core holds for sj, unlink it and free it. The job's final event must be
  * emitted right after (by the caller, from what it copied out first). */
 static void sjob_release(struct core *k, sjob *sj) {
@@ -187,18 +182,8 @@ static void sjob_release(struct core *k, sjob *sj) {
     free(sj->generated);
     if (sj->counted) {
         if (sj->model) sj->model->n_queued--;
-        /* An app's counter lives while it has requests: 20,000 app names that came and went
-         * leave nothing behind. */
-        for (app_count **pp = &k->apps; *pp; pp = &(*pp)->next) {
-            app_count *a = *pp;
-            if (strcmp(a->app, sj->j->app) != 0) continue;
-            if (a->n) a->n--;
-            if (a->n == 0) {
-                *pp = a->next;
-                free(a);
-            }
-            break;
-        }
+        /* An app's counter goes once idle: app names that came and went leave nothing behind. */
+        apps_uncount(k, sj);
     }
     free(sj->sanitizer_report);
     sched_config_unref(k, sj->gen);
@@ -270,13 +255,7 @@ static sched_model *resolve_model(struct core *k, job *j, const char *name) {
         job_emit_error(j, CORRAL_NOT_FOUND, "model '%s' is not configured", name);
         return NULL;
     }
-    const cfg_app *app = cfg_find_app(core_cfg(k), j->app);
-    if (!cfg_app_allows_model(app, sm->name)) {
-        job_emit_error(j, CORRAL_PERMISSION_DENIED, "app '%s' may not use model '%s'", j->app,
-                       sm->name);
-        return NULL;
-    }
-    return sm;
+    return apps_allow_model(k, j, sm) ? sm : NULL;
 }
 
 /* Queue a job that needs sm; NULL (answered) when out of memory. */
@@ -326,29 +305,14 @@ static void admit_generate(struct core *k, job *j) {
     }
     sched_model *sm = resolve_model(k, j, g->model);
     if (!sm) return;
-    cfg_priority prio = g->priority ? (cfg_priority)g->priority : sm->cfg->priority;
-    const cfg_app *app = cfg_find_app(core_cfg(k), j->app);
-    const cfg_priority ceiling = app ? app->max_priority : CFG_PRIORITY_INTERACTIVE;
-    if (prio > ceiling) prio = ceiling;
-    const cfg *c = core_cfg(k);
-    if (sm->n_queued >= (uint32_t)c->queue_per_model) {
-        job_emit_error(j, CORRAL_RESOURCE_EXHAUSTED,
-                       "model '%s' has %u requests queued (limits.queue_per_model)", sm->name,
-                       sm->n_queued);
-        return;
-    }
-    app_count *ac = sched_app_counter(k, j->app);
-    if (ac && ac->n >= (uint32_t)c->queue_per_app) {
-        job_emit_error(j, CORRAL_RESOURCE_EXHAUSTED,
-                       "app '%s' has %u requests queued (limits.queue_per_app)",
-                       j->app[0] ? j->app : "(default)", ac->n);
-        return;
-    }
+    cfg_priority prio;
+    if (!apps_admit_generate(k, j, sm, &prio)) return;
     sjob *sj = sjob_add(k, j, sm, prio);
     if (!sj) return;
     sm->n_queued++;
-    if (ac) ac->n++;
     sj->counted = true;
+    sj->token_cap = apps_rules(k, j).max_tokens;
+    apps_count(k, sj);
 }
 
 static void answer_admin(struct core *k, job *j) {
@@ -389,6 +353,7 @@ static void admit(struct core *k, job *j) {
         job_emit_error(j, CORRAL_UNAVAILABLE, "corrald is shutting down");
         return;
     }
+    if (!apps_admit(k, j)) return;
     switch (j->req.kind) {
         case CORE_GENERATE:
             admit_generate(k, j);
@@ -563,7 +528,8 @@ static void start_ready(struct core *k) {
             const char *sid = sj->j->req.generate.session;
             bool session_busy = false;
             for (sched_session *ss = k->sessions; sid[0] && ss && !session_busy; ss = ss->next)
-                session_busy = strcmp(ss->id, sid) == 0 && ((ss->busy && ss->busy != sj) || ss->io);
+                session_busy = strcmp(ss->id, sid) == 0 && strcmp(ss->app, sj->j->app) == 0 &&
+                               ((ss->busy && ss->busy != sj) || ss->io);
             if (session_busy) continue;
             uint32_t active = 0, realtime = 0;
             for (const sjob *o = k->jobs; o; o = o->next)
@@ -572,10 +538,12 @@ static void start_ready(struct core *k) {
                     active++;
                     realtime += o->priority == CFG_PRIORITY_REALTIME;
                 }
-            const bool slot =
-                active < (uint32_t)c->active_per_model ||
-                (prio == CFG_PRIORITY_REALTIME && realtime < SCHED_MAX_REALTIME_EXTRA);
-            if (!slot) continue;
+            /* A normal slot goes to an app within its share while other apps wait (apps.c);
+             * realtime's extra slots to any realtime request. */
+            const bool extra = prio == CFG_PRIORITY_REALTIME && realtime < SCHED_MAX_REALTIME_EXTRA;
+            const bool slot = active < (uint32_t)c->active_per_model &&
+                              apps_slot_fair(k, sj, (uint32_t)c->active_per_model);
+            if (!slot && !extra) continue;
             bool wait;
             corral_error err;
             if (batch_start(k, sj, &wait, &err) == CORRAL_OK) continue;
@@ -670,6 +638,7 @@ static void *sched_main(void *arg) {
             for (sjob *sj = k->jobs; sj; sj = sj->next)
                 atomic_store(&sj->j->cancel, JOB_CANCEL_SHUTDOWN);
         reap(k);
+        apps_tick(k);
         session_expire(k);
         residency_tick(k);
         advance_waiting(k);
@@ -784,6 +753,13 @@ core *core_new(cfg *c, corral_error *err) {
     return k;
 }
 
+auth_table *core_auth_acquire(core *k) {
+    pthread_mutex_lock(&k->mu);
+    auth_table *t = auth_table_ref(k->auth);
+    pthread_mutex_unlock(&k->mu);
+    return t;
+}
+
 const cfg *core_initial_config(const core *k) {
     return k->initial;
 }
@@ -877,10 +853,8 @@ void core_destroy(core **pk) {
     dirlock_release(&k->cache_lock);
     threadpool_destroy(&k->pool);
     threadpool_destroy(&k->loader_pool);
-    for (app_count *a = k->apps, *next; a; a = next) {
-        next = a->next;
-        free(a);
-    }
+    apps_free_all(k);
+    auth_table_release(&k->auth);
     for (cfg_gen *g = k->configs, *next; g; g = next) {
         next = g->next;
         cfg_gen_destroy(&g);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "actor.h"
+#include "auth.h"
 #include "budget.h"
 #include "config.h"
 #include "core.h"
@@ -71,6 +72,8 @@ typedef struct cfg_gen {
     cfg *c;
     policy_profile **profiles;
     size_t n_profiles;
+    /* Who may act as which app (auth.h); front ends take references. */
+    struct auth_table *auth;
     uint32_t refs; /* jobs admitted under it, plus one while it is current */
     bool first;    /* the configuration the core started with: kept until core_destroy */
     struct cfg_gen *next;
@@ -177,11 +180,14 @@ typedef struct sjob {
     job *j;
     cfg_gen *gen;           /* the configuration it was admitted under (a reference) */
     const cfg_model *entry; /* its model's entry in that configuration */
+    /* Its app's counter while it is counted (a Generate; apps.c). */
+    struct app_count *counter;
     sched_model *model;
     sched_session *session;
     cfg_priority priority;
     sjob_phase phase;
     bool counted;         /* in the model's and app's queue totals */
+    uint32_t token_cap;   /* its app's max_tokens (0: none), for a request naming none */
     bool waited_for_load; /* its model was loaded for it (its Done counts the load) */
     core_task *task;      /* a task in flight for it (PREPARING, SESSION_IN): it waits for it */
     core_reply *answer;   /* a Tokenize's reply, made by the preparer */
@@ -214,9 +220,15 @@ typedef struct sjob {
 /* ---- the core ---------------------------------------------------------------------------------
  */
 
+/* An app's counters (apps.c): kept while it has requests in flight or its rate bucket is not full
+ * again, dropped afterwards. */
 typedef struct app_count {
     char app[64];
-    uint32_t n;
+    uint32_t n;        /* its Generate requests in flight (waiting or running) */
+    double tokens;     /* apps[].requests_per_minute: requests left in the burst */
+    int64_t refill_us; /* when tokens was last topped up */
+    uint64_t stamp;    /* fair shares: the walk that counted `tally` (core->apps_stamp) */
+    uint32_t tally;    /* its requests on one model that the walk counted */
     struct app_count *next;
 } app_count;
 
@@ -246,6 +258,12 @@ struct core {
     sched_session *sessions;
     sjob *jobs; /* every job that needs a model, arrival order */
     app_count *apps;
+    /* Counters in `apps`, read by any thread (tests of idle dropping); the last walk that tallied
+     * requests per app (apps.c); the current configuration's auth table, protected by mu
+     * (core_auth_acquire). */
+    atomic_size_t n_apps;
+    uint64_t apps_stamp;
+    auth_table *auth;
     int64_t started_us, started_ms;
     uint64_t served;
     uint64_t steps; /* batch steps begun, over all models */
@@ -353,14 +371,46 @@ void sched_finish_error(struct core *k, sjob *sj, corral_status code, const char
     __attribute__((format(printf, 4, 5)));
 void sched_finish_done(struct core *k, sjob *sj, core_stop stop);
 void sched_finish_reply(struct core *k, sjob *sj, core_reply *reply);
-/* The app counter of `app` (created when missing; NULL when out of memory). */
-app_count *sched_app_counter(struct core *k, const char *app);
 
 /* Drop a job's or task's reference to a configuration generation. */
 void sched_config_unref(struct core *k, cfg_gen *g);
 
 /* The jobs waiting for sm's load fail with err (a load that failed). */
 void sched_fail_waiting(struct core *k, sched_model *sm, const corral_error *err);
+
+/* apps.c: the per-app rules, counters and fair shares (see its opening comment). Every
+ * apps_admit* and apps_allow_model answers the job (an error) when it returns false. */
+typedef struct app_rules {
+    const cfg_app *app;   /* its entry; NULL for the owner, the default app, unlisted names */
+    bool owner;           /* corrald's owner acting as itself: no limits */
+    const char *name;     /* for messages: the app, or "(default)" */
+    cfg_priority ceiling; /* the highest class it may ask for */
+    bool admin;           /* may Load, Unload, Pin, Unpin */
+    uint32_t max_concurrent, per_minute, max_tokens; /* 0: no limit */
+} app_rules;
+app_rules apps_rules(const struct core *k, const job *j);
+/* Refuse j with PERMISSION_DENIED (message from fmt) and log the rule, the app and the model. */
+void apps_deny(job *j, const char *rule, const char *model, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* What every request but Status and ListModels passes first: the rate, admin operations. */
+bool apps_admit(struct core *k, job *j);
+/* Whether j's app may use sm. */
+bool apps_allow_model(struct core *k, job *j, const sched_model *sm);
+/* Whether j's app may see model (Status, ListModels show only the models it may use). */
+bool apps_allows_model_name(const struct core *k, const job *j, const char *model);
+/* A Generate's rules on sm: its class (*prio: refused above the ceiling), max_tokens,
+ * max_concurrent, limits.queue_per_app, and the model queue's share (which may end another app's
+ * waiting request to make room). */
+bool apps_admit_generate(struct core *k, job *j, sched_model *sm, cfg_priority *prio);
+/* A Generate is counted (admitted), or uncounted (it ended). */
+void apps_count(struct core *k, sjob *sj);
+void apps_uncount(struct core *k, sjob *sj);
+/* Whether sj may take one of sm's `slots` normal active slots now: false while its app runs its
+ * share and another app's request of at least its class is ready. */
+bool apps_slot_fair(struct core *k, const sjob *sj, uint32_t slots);
+/* Drop counters that went idle (between steps). */
+void apps_tick(struct core *k);
+void apps_free_all(struct core *k);
 
 /* status.c */
 void status_answer(struct core *k, job *j);

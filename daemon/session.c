@@ -1,10 +1,11 @@
 /*
  * session.c — conversations kept between requests.
  *
- * A session is (app, id): a request that names one continues it. Its KV cache stays in memory
- * between requests (charged to its model), so the next turn only prefills what is new: the
- * longest prefix of the new prompt that the cache already holds is reused. When memory is needed
- * an idle session's cache is written to the swap directory (swap.h) and read back when the
+ * A session is (app, id): a request that names one continues its app's session of that id (the
+ * same id named by another app is another session: ids are private to each app). Its KV cache
+ * stays in memory between requests (charged to its model), so the next turn only prefills what is
+ * new: the longest prefix of the new prompt that the cache already holds is reused. When memory is
+ * needed an idle session's cache is written to the swap directory (swap.h) and read back when the
  * conversation continues; a bad or stale image only costs recomputation. Sessions are private to
  * their app, used by one request at a time, dropped after limits.session_ttl_ms idle or when more
  * than limits.max_sessions exist (least recently used first), and written out at shutdown so that
@@ -270,10 +271,9 @@ void session_expire(struct core *k) {
 corral_status session_attach(struct core *k, sjob *sj, corral_error *err) {
     const char *id = sj->j->req.generate.session;
     for (sched_session *ss = k->sessions; ss; ss = ss->next) {
-        if (strcmp(ss->id, id) != 0) continue;
-        if (strcmp(ss->app, sj->j->app) != 0)
-            return corral_error_set(err, CORRAL_PERMISSION_DENIED,
-                                    "session '%s' belongs to another app", id);
+        /* Each app has its sessions to itself: another app's session of the same id is another
+         * session, and nothing tells whether it exists. */
+        if (strcmp(ss->id, id) != 0 || strcmp(ss->app, sj->j->app) != 0) continue;
         if (ss->model != sj->model) {
             if (ss->busy)
                 return corral_error_set(err, CORRAL_FAILED_PRECONDITION,

@@ -1,7 +1,8 @@
 /*
  * status.c — the answers that describe the daemon (Status, ListModels) as plain structs
  * (request.h's core_reply): a snapshot taken on the compute thread between steps, with copies of
- * every string, so that a front end can translate it whenever it likes.
+ * every string, so that a front end can translate it whenever it likes. An app sees the models it
+ * may use (apps[].models), and the daemon's totals.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,18 +58,23 @@ static void fill_status(const struct core *k, const sched_model *sm, core_model_
     m->step_sequences = sm->step_sequences;
 }
 
-/* A reply listing the configured models (only `want` when it is not empty). */
-static core_reply *snapshot(struct core *k, core_kind kind, const char *want) {
+/* Whether sm goes in j's answer: configured, the one asked for (if any), one its app may use. */
+static bool listed(const struct core *k, const job *j, const sched_model *sm, const char *want) {
+    return !sm->removed && (!want[0] || strcmp(want, sm->name) == 0) &&
+           apps_allows_model_name(k, j, sm->name);
+}
+
+/* A reply listing the configured models j's app may use (only `want` when it is not empty). */
+static core_reply *snapshot(struct core *k, const job *j, core_kind kind, const char *want) {
     size_t n = 0;
-    for (sched_model *sm = k->models; sm; sm = sm->next)
-        n += !sm->removed && (!want[0] || strcmp(want, sm->name) == 0);
+    for (sched_model *sm = k->models; sm; sm = sm->next) n += listed(k, j, sm, want);
     core_reply *r = core_reply_new(kind);
     if (!r) return NULL;
     const unsigned scope = mem_scope_default();
     r->models = calloc(n ? n : 1, sizeof *r->models);
     bool ok = r->models != NULL;
     for (sched_model *sm = k->models; ok && sm; sm = sm->next) {
-        if (sm->removed || (want[0] && strcmp(want, sm->name) != 0)) continue;
+        if (!listed(k, j, sm, want)) continue;
         core_model_info *m = &r->models[r->n_models++];
         ok = fill_common(sm, m);
         if (kind == CORE_STATUS) fill_status(k, sm, m);
@@ -84,7 +90,8 @@ void status_answer(struct core *k, job *j) {
         job_emit_error(j, CORRAL_NOT_FOUND, "model '%s' is not configured", want);
         return;
     }
-    core_reply *r = snapshot(k, CORE_STATUS, want);
+    if (want[0] && !apps_allow_model(k, j, residency_find(k, want))) return;
+    core_reply *r = snapshot(k, j, CORE_STATUS, want);
     if (!r) {
         job_emit_error(j, CORRAL_OUT_OF_MEMORY, "out of memory");
         return;
@@ -109,7 +116,7 @@ void status_answer(struct core *k, job *j) {
 }
 
 void status_answer_list(struct core *k, job *j) {
-    core_reply *r = snapshot(k, CORE_LIST_MODELS, "");
+    core_reply *r = snapshot(k, j, CORE_LIST_MODELS, "");
     if (!r)
         job_emit_error(j, CORRAL_OUT_OF_MEMORY, "out of memory");
     else

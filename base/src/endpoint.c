@@ -100,7 +100,9 @@ corral_status endpoint_validate(const char *endpoint, corral_error *err) {
                             "endpoint '%s': must start with ipc:// or tcp://", endpoint);
 }
 
-/* Create dir (one level) with 0700 if missing; then insist it is ours and private. */
+/* Create dir (one level) with 0700 if missing; then insist it is ours and that nobody else can
+ * write in it (replace the socket with their own). Group and others may be let in to connect
+ * (mode 0711 or 0750): corrald authenticates every connection (daemon/auth.h, SECURITY.md). */
 static corral_status ensure_private_dir(const char *dir, corral_error *err) {
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return corral_error_set(err, CORRAL_IO, "cannot create socket directory %s: %s", dir,
@@ -116,10 +118,10 @@ static corral_status ensure_private_dir(const char *dir, corral_error *err) {
         return corral_error_set(err, CORRAL_PERMISSION_DENIED,
                                 "socket directory %s belongs to uid %u, not to this user (%u)", dir,
                                 (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & 077)
+    if (st.st_mode & 022)
         return corral_error_set(err, CORRAL_PERMISSION_DENIED,
-                                "socket directory %s has mode %03o: it must not be open to group "
-                                "or others (chmod 700 it)",
+                                "socket directory %s has mode %03o: group or others could replace "
+                                "the socket (chmod 700 it, or 711 to let other users connect)",
                                 dir, (unsigned)(st.st_mode & 0777));
     return CORRAL_OK;
 }

@@ -8,17 +8,96 @@
  * Liveness: the loop is the only place that waits, so it is where pings go out (every
  * CORRAL_PING_INTERVAL_MS since the last send) and where a silent daemon is noticed (nothing
  * received for CORRAL_SILENCE_LIMIT_MS after a ping).
+ *
+ * Refusals: a monitor on the socket reports handshakes that fail — corrald's ZAP handler refused
+ * the connection, or a tcp endpoint wants CURVE and the client has no keys. The loop reads it
+ * beside the socket, so the call waiting fails at once with a message that says what to fix.
+ * libzmq goes on reconnecting (each attempt is refused again), so a later call fails the same way
+ * unless corrald's configuration changed meanwhile.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "client_impl.h"
+#include "corral/curve.h"
+
+#define CLIENT_MONITOR_ENDPOINT "inproc://corral-client.handshakes"
+
+/* The environment variable's value, or NULL when unset or empty. */
+static const char *env_or_null(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* CURVE keys for a tcp endpoint from the options, else the environment: both, or neither (*use
+ * false), or an error naming the one missing. */
+static corral_status client_curve_keys(const corral_connect_options *o, char server[CURVE_KEY_TEXT],
+                                       char secret[CURVE_KEY_TEXT], bool *use, corral_error *err) {
+    *use = false;
+    const char *server_text = o->server_key, *server_file = o->server_key_file;
+    if (!server_text && !server_file) {
+        server_text = env_or_null("CORRAL_SERVER_KEY");
+        if (!server_text) server_file = env_or_null("CORRAL_SERVER_KEY_FILE");
+    }
+    const char *client_file =
+        o->client_key_file ? o->client_key_file : env_or_null("CORRAL_CLIENT_KEY_FILE");
+    if (!server_text && !server_file && !client_file) return CORRAL_OK;
+    if (!client_file)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "CURVE needs this client's secret key as well as corrald's public "
+                                "key: set CORRAL_CLIENT_KEY_FILE (or --client-key-file) to the "
+                                "NAME.key file `corral keygen` wrote");
+    if (!server_text && !server_file)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "CURVE needs corrald's public key as well as this client's secret "
+                                "key: set CORRAL_SERVER_KEY (or CORRAL_SERVER_KEY_FILE, "
+                                "--server-key) to the key of corrald's NAME.pub");
+    if (server_text) {
+        if (!curve_key_valid(server_text))
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "the server key is not a CURVE public key (40 characters of "
+                                    "z85, as in the NAME.pub file `corral keygen` writes)");
+        memcpy(server, server_text, CURVE_KEY_TEXT);
+    } else {
+        corral_status st = curve_key_read(server_file, CURVE_KEY_PUBLIC, server, err);
+        if (st != CORRAL_OK) return st;
+    }
+    corral_status st = curve_key_read(client_file, CURVE_KEY_SECRET, secret, err);
+    if (st != CORRAL_OK) return st;
+    *use = true;
+    return CORRAL_OK;
+}
+
+/* Make the connection a CURVE client with these keys. */
+static corral_status client_set_curve(corral_client *c, const char *server, const char *secret,
+                                      corral_error *err) {
+    char public_key[CURVE_KEY_TEXT];
+    if (!zmq_has("curve"))
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "this libzmq has no CURVE support (it must be built with "
+                                "libsodium)");
+    if (zmq_curve_public(public_key, secret) != 0 ||
+        zmq_setsockopt(c->dealer, ZMQ_CURVE_SERVERKEY, server, CURVE_KEY_TEXT - 1) != 0 ||
+        zmq_setsockopt(c->dealer, ZMQ_CURVE_PUBLICKEY, public_key, CURVE_KEY_TEXT - 1) != 0 ||
+        zmq_setsockopt(c->dealer, ZMQ_CURVE_SECRETKEY, secret, CURVE_KEY_TEXT - 1) != 0)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "cannot use the CURVE keys: %s",
+                                zmq_strerror(zmq_errno()));
+    c->curve = true;
+    return CORRAL_OK;
+}
 
 corral_client *corral_client_new(const char *endpoint, corral_error *err) {
+    const corral_connect_options o = {.endpoint = endpoint};
+    return corral_client_new_with(&o, err);
+}
+
+corral_client *corral_client_new_with(const corral_connect_options *o, corral_error *err) {
+    const char *endpoint = o->endpoint;
     corral_client *c = calloc(1, sizeof *c);
     if (!c) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
@@ -42,8 +121,30 @@ corral_client *corral_client_new(const char *endpoint, corral_error *err) {
     /* IPv6 on, so that tcp://[::1]:PORT connects as well as IPv4 addresses do. */
     int linger = 0, ipv6 = 1;
     if (!c->dealer || zmq_setsockopt(c->dealer, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-        zmq_setsockopt(c->dealer, ZMQ_IPV6, &ipv6, sizeof ipv6) != 0 ||
-        zmq_connect(c->dealer, c->endpoint) != 0) {
+        zmq_setsockopt(c->dealer, ZMQ_IPV6, &ipv6, sizeof ipv6) != 0) {
+        corral_error_set(err, CORRAL_INTERNAL, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    /* CURVE on tcp only: corrald knows ipc clients by their user. */
+    if (strncmp(c->endpoint, "tcp://", 6) == 0) {
+        char server[CURVE_KEY_TEXT], secret[CURVE_KEY_TEXT];
+        bool use;
+        corral_status st = client_curve_keys(o, server, secret, &use, err);
+        if (st == CORRAL_OK && use) st = client_set_curve(c, server, secret, err);
+        memset(secret, 0, sizeof secret);
+        if (st != CORRAL_OK) goto fail;
+    }
+    const int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(c->dealer, CLIENT_MONITOR_ENDPOINT, events) != 0 ||
+        !(c->monitor = zmq_socket(c->zctx, ZMQ_PAIR)) ||
+        zmq_setsockopt(c->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_connect(c->monitor, CLIENT_MONITOR_ENDPOINT) != 0) {
+        corral_error_set(err, CORRAL_INTERNAL, "cannot monitor the connection: %s",
+                         zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (zmq_connect(c->dealer, c->endpoint) != 0) {
         corral_error_set(err, CORRAL_UNAVAILABLE, "cannot connect to %s: %s", c->endpoint,
                          zmq_strerror(zmq_errno()));
         goto fail;
@@ -63,6 +164,10 @@ void corral_client_destroy(corral_client **pc) {
         generation__detach(g);
     }
     if (c->awaited_reply) corral__v1__response__free_unpacked(c->awaited_reply, NULL);
+    if (c->monitor) {
+        zmq_socket_monitor(c->dealer, NULL, 0);
+        zmq_close(c->monitor);
+    }
     if (c->dealer) {
         /* Give what is still queued (typically the Cancel of a generation destroyed just
          * before) a moment to leave; a daemon that is not there costs at most this wait. */
@@ -97,6 +202,83 @@ int64_t client__now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Read one event of the monitor: a failed handshake becomes the caller's error (PERMISSION_DENIED
+ * saying what to fix), CORRAL_OK for an event that is not one. */
+static corral_status client_read_refusal(corral_client *c, corral_error *err) {
+    zmq_msg_t head, address;
+    zmq_msg_init(&head);
+    zmq_msg_init(&address);
+    uint16_t event = 0;
+    uint32_t value = 0;
+    if (zmq_msg_recv(&head, c->monitor, ZMQ_DONTWAIT) >= 0) {
+        if (zmq_msg_size(&head) >= 6) {
+            memcpy(&event, zmq_msg_data(&head), 2);
+            memcpy(&value, (char *)zmq_msg_data(&head) + 2, 4);
+        }
+        if (zmq_msg_more(&head)) zmq_msg_recv(&address, c->monitor, 0);
+    }
+    zmq_msg_close(&address);
+    zmq_msg_close(&head);
+    const bool tcp = strncmp(c->endpoint, "tcp://", 6) == 0;
+    c->refused_final =
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        if (c->curve)
+            return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                    "corrald at %s refused this client's CURVE key: no app lists "
+                                    "its public key in curve_keys",
+                                    c->endpoint);
+        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                "corrald at %s refused this connection: no app lists this user "
+                                "(uid %u, gid %u) in its uids or gids, and it is not corrald's "
+                                "owner",
+                                c->endpoint, (unsigned)getuid(), (unsigned)getgid());
+    }
+    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+        event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        return CORRAL_OK;
+    /* corrald serves tcp with CURVE only: a client without keys is refused there, whichever side
+     * notices the mechanisms differ first (the other sees the connection drop). */
+    if (tcp && !c->curve)
+        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                "corrald at %s refused the connection: tcp needs CURVE keys (set "
+                                "CORRAL_SERVER_KEY and CORRAL_CLIENT_KEY_FILE, or --server-key and "
+                                "--client-key-file; see SECURITY.md)",
+                                c->endpoint);
+    /* A connection lost in the handshake (corrald restarting) is retried by libzmq. */
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) return CORRAL_OK;
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        return corral_error_set(err, CORRAL_PERMISSION_DENIED,
+                                "corrald at %s refused the connection: it does not use CURVE there",
+                                c->endpoint);
+    return corral_error_set(err, c->curve ? CORRAL_PERMISSION_DENIED : CORRAL_PROTOCOL,
+                            "the handshake with corrald at %s failed%s", c->endpoint,
+                            c->curve ? " (is the server key corrald's public key?)" : "");
+}
+
+/* The connection's refusal, if corrald refused it: the monitor's events are read first (without
+ * waiting). A refused handshake (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH or _PROTOCOL) is final: libzmq
+ * drops the connection for good, so every later call fails the same way at once instead of
+ * waiting on a socket that will never send. CORRAL_OK when nothing was refused. */
+static corral_status client_check_refused(corral_client *c, corral_error *err) {
+    for (;;) {
+        if (c->refused != CORRAL_OK)
+            return corral_error_set(err, c->refused, "%s", c->refused_message);
+        zmq_pollitem_t item = {.socket = c->monitor, .events = ZMQ_POLLIN};
+        if (zmq_poll(&item, 1, 0) <= 0) return CORRAL_OK;
+        corral_error why;
+        const corral_status st = client_read_refusal(c, &why);
+        if (st == CORRAL_OK) continue;
+        if (!c->refused_final) {
+            /* Not final (a tcp client without keys whose connection dropped first): this call
+             * fails; libzmq retries, and the retry's refusal is final. */
+            return corral_error_set(err, st, "%s", why.message);
+        }
+        c->refused = st;
+        snprintf(c->refused_message, sizeof c->refused_message, "%s", why.message);
+    }
+}
+
 corral_status client__send(corral_client *c, Corral__V1__Request *req, corral_error *err) {
     req->id = c->next_id++;
     req->app = c->app;
@@ -107,15 +289,30 @@ corral_status client__send(corral_client *c, Corral__V1__Request *req, corral_er
         return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory for a %zu-byte request",
                                 len);
     corral__v1__request__pack(req, zmq_msg_data(&msg));
-    int rc;
-    do {
-        rc = zmq_msg_send(&msg, c->dealer, 0);
-    } while (rc < 0 && zmq_errno() == EINTR);
-    if (rc < 0) {
-        int e = zmq_errno();
+    corral_status st = client_check_refused(c, err);
+    /* Never blocks for good: a full queue, or no connection to queue on (a refused one is gone),
+     * waits for room or a refusal, at most CORRAL_SILENCE_LIMIT_MS. */
+    const int64_t until = client__now_ms() + CORRAL_SILENCE_LIMIT_MS;
+    while (st == CORRAL_OK && zmq_msg_send(&msg, c->dealer, ZMQ_DONTWAIT) < 0) {
+        const int e = zmq_errno();
+        const int64_t left = until - client__now_ms();
+        if (e == EINTR) continue;
+        if (e != EAGAIN || left <= 0) {
+            st = corral_error_set(err, CORRAL_UNAVAILABLE,
+                                  e == EAGAIN ? "cannot send to corrald at %s: %s (is it running?)"
+                                              : "send to corrald at %s failed: %s",
+                                  c->endpoint,
+                                  e == EAGAIN ? "too many messages are waiting" : zmq_strerror(e));
+            break;
+        }
+        zmq_pollitem_t items[2] = {{.socket = c->dealer, .events = ZMQ_POLLOUT},
+                                   {.socket = c->monitor, .events = ZMQ_POLLIN}};
+        if (zmq_poll(items, 2, (long)left) > 0 && (items[1].revents & ZMQ_POLLIN))
+            st = client_check_refused(c, err);
+    }
+    if (st != CORRAL_OK) {
         zmq_msg_close(&msg);
-        return corral_error_set(err, CORRAL_UNAVAILABLE, "send to corrald at %s failed: %s",
-                                c->endpoint, zmq_strerror(e));
+        return st;
     }
     c->last_send_ms = client__now_ms();
     return CORRAL_OK;
@@ -190,6 +387,7 @@ static void client_dispatch(corral_client *c, Corral__V1__Response *resp, size_t
 }
 
 corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *err) {
+    if (c->refused != CORRAL_OK) return corral_error_set(err, c->refused, "%s", c->refused_message);
     for (;;) {
         int64_t now = client__now_ms();
         if (now - c->last_send_ms >= CORRAL_PING_INTERVAL_MS) {
@@ -204,14 +402,19 @@ corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *
         int64_t wait = c->last_send_ms + CORRAL_PING_INTERVAL_MS - now;
         if (deadline_ms >= 0 && deadline_ms - now < wait) wait = deadline_ms - now;
         if (wait < 0) wait = 0;
-        zmq_pollitem_t item = {.socket = c->dealer, .events = ZMQ_POLLIN};
-        int rc = zmq_poll(&item, 1, (long)wait);
+        zmq_pollitem_t items[2] = {{.socket = c->dealer, .events = ZMQ_POLLIN},
+                                   {.socket = c->monitor, .events = ZMQ_POLLIN}};
+        int rc = zmq_poll(items, 2, (long)wait);
         if (rc < 0) {
             if (zmq_errno() == EINTR) continue;
             return corral_error_set(err, CORRAL_INTERNAL, "zmq_poll: %s",
                                     zmq_strerror(zmq_errno()));
         }
-        if (rc == 0) {
+        if (items[1].revents & ZMQ_POLLIN) {
+            corral_status st = client_check_refused(c, err);
+            if (st != CORRAL_OK) return st;
+        }
+        if (!(items[0].revents & ZMQ_POLLIN)) {
             if (deadline_ms >= 0 && client__now_ms() >= deadline_ms)
                 return CORRAL_DEADLINE_EXCEEDED;
             continue;

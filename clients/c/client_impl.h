@@ -52,6 +52,13 @@ struct corral_generation {
 struct corral_client {
     void *zctx;
     void *dealer;
+    void *monitor; /* PAIR: the dealer's failed handshakes (corrald refused the connection) */
+    bool curve;    /* the connection uses CURVE (a tcp endpoint with keys) */
+    /* corrald refused the connection for good (libzmq does not retry a refused handshake):
+     * every later call fails at once with this. CORRAL_OK while it was not. */
+    corral_status refused;
+    char refused_message[CORRAL_ERROR_MESSAGE_MAX];
+    bool refused_final; /* the monitor's last failed handshake was final */
     char endpoint[ENDPOINT_MAX];
     char app[CORRAL_APP_NAME_MAX];
     uint64_t next_id;
@@ -80,7 +87,8 @@ corral_status client__send_cancel(corral_client *c, uint64_t id, corral_error *e
 /* Wait until one message arrived and was sorted to its owner, or until deadline_ms (monotonic;
  * -1: none). Sends pings while it waits. Returns CORRAL_OK after one message; on timeout
  * CORRAL_DEADLINE_EXCEEDED *without* touching err (callers word the message); CORRAL_UNAVAILABLE
- * when the daemon stayed silent too long; CORRAL_PROTOCOL for an undecodable message. */
+ * when the daemon stayed silent too long; CORRAL_PROTOCOL for an undecodable message;
+ * CORRAL_PERMISSION_DENIED when corrald refused the connection's handshake. */
 corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *err);
 
 /* Send a plain request and wait for its one reply, which must have body `want` (an Error becomes

@@ -27,6 +27,14 @@
  *
  * Results: every function that returns a struct with pointers inside allocates it as one block
  * and names the one call that frees it.
+ *
+ * Who the client is (SECURITY.md): corrald establishes the app of every request itself. Over ipc
+ * it knows the client by its user (uid and gid); over tcp only by a CURVE key, which the client
+ * takes from corral_connect_options or the environment (CORRAL_SERVER_KEY or
+ * CORRAL_SERVER_KEY_FILE: corrald's public key; CORRAL_CLIENT_KEY_FILE: this client's secret key,
+ * as `corral keygen` writes them). When corrald refuses the connection (a user no app lists, a tcp
+ * client without CURVE, a key no app lists), the call waiting fails at once with
+ * CORRAL_PERMISSION_DENIED saying so, not after a timeout.
  */
 #ifndef CORRAL_CLIENT_H
 #define CORRAL_CLIENT_H
@@ -59,10 +67,30 @@ typedef struct corral_generation corral_generation;
 
 /* ---- connection --------------------------------------------------------------------------- */
 
-/* Connect to corrald at `endpoint` (NULL: $CORRAL_ENDPOINT, else the default endpoint). Connecting
- * does not wait for the daemon; the first request does. Caller owns the result
- * (corral_client_destroy). Returns NULL with err set for an invalid endpoint. Thread-safe. */
+/* Connect to corrald at `endpoint` (NULL: $CORRAL_ENDPOINT, else the default endpoint), with the
+ * CURVE keys of the environment for a tcp endpoint (corral_client_new_with). Connecting does not
+ * wait for the daemon; the first request does. Caller owns the result (corral_client_destroy).
+ * Returns NULL with err set for an invalid endpoint or key. Thread-safe. */
 CORRAL_API corral_client *corral_client_new(const char *endpoint, corral_error *err);
+
+/* How corral_client_new_with connects. Zero-initialise it; NULL fields take their defaults. */
+typedef struct corral_connect_options {
+    const char *endpoint; /* NULL: $CORRAL_ENDPOINT, else the default endpoint */
+    /* CURVE keys, used on tcp:// endpoints only (corrald serves tcp only with CURVE). Keys are z85
+     * text, 40 characters; key files hold one on a line (`corral keygen DIR` writes a pair). */
+    const char *server_key;      /* corrald's public key; NULL: server_key_file */
+    const char *server_key_file; /* NULL: $CORRAL_SERVER_KEY, else $CORRAL_SERVER_KEY_FILE */
+    const char *client_key_file; /* this client's secret key file, not readable by other users;
+                                    NULL: $CORRAL_CLIENT_KEY_FILE */
+} corral_connect_options;
+
+/* Connect as corral_client_new does, with the options given. A tcp endpoint with neither key
+ * connects without CURVE (corrald then refuses it: the first call says how to fix it); with only
+ * one of the two, or with a key that does not read, this fails with CORRAL_INVALID_ARGUMENT or the
+ * key file's error (a secret key file others may read is CORRAL_PERMISSION_DENIED). Caller owns the
+ * result (corral_client_destroy). Thread-safe. */
+CORRAL_API corral_client *corral_client_new_with(const corral_connect_options *options,
+                                                 corral_error *err);
 
 /* Close the connection. NULL-safe; sets *client to NULL. Messages not yet sent (such as the
  * Cancel of a generation destroyed just before) get up to 100 ms to leave. Generations still

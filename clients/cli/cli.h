@@ -17,6 +17,7 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 /* Commands that talk to corrald (cmd_daemon.c). */
 int cmd_ps(int argc, char **argv);
@@ -29,9 +30,13 @@ int cmd_unload(int argc, char **argv);
 int cmd_pin(int argc, char **argv);
 int cmd_unpin(int argc, char **argv);
 
-/* Global options of the daemon commands: --endpoint URL and --app NAME (NULL: not given). */
+/* Global options of the daemon commands (NULL: not given): --endpoint URL, --app NAME, and the
+ * CURVE keys of tcp endpoints --server-key KEY, --server-key-file FILE, --client-key-file FILE. */
 extern const char *cli_endpoint;
 extern const char *cli_app;
+extern const char *cli_server_key;
+extern const char *cli_server_key_file;
+extern const char *cli_client_key_file;
 
 /* Take the global options that come before the command name (argv[1], argv[2], ...). Returns how
  * many arguments they took, or -1 after a message if one lacks its value. */

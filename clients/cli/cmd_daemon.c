@@ -2,11 +2,13 @@
  * cmd_daemon.c — the `corral` commands that talk to a running corrald through libcorral:
  * ps, models, status, run, chat, load, unload, pin, unpin.
  *
- * Every command takes --endpoint URL and --app NAME (also before the command name, see
- * cli_parse_global_options); without --endpoint, libcorral uses $CORRAL_ENDPOINT, else the
- * default endpoint. A command first pings the daemon briefly so that a daemon that is not running
- * gives one clear message instead of a timeout. Errors print `corral <cmd>: CODE: message` and
- * exit 1; bad usage exits 2; `run` and `chat` exit 130 when Ctrl-C stopped them.
+ * Every command takes --endpoint URL and --app NAME, and for tcp endpoints the CURVE keys
+ * --server-key KEY (or --server-key-file FILE) and --client-key-file FILE (also before the
+ * command name, see cli_parse_global_options); without them, libcorral uses $CORRAL_ENDPOINT
+ * (else the default endpoint), $CORRAL_SERVER_KEY, $CORRAL_SERVER_KEY_FILE and
+ * $CORRAL_CLIENT_KEY_FILE. A command first pings the daemon briefly so that a daemon that is not
+ * running gives one clear message instead of a timeout. Errors print `corral <cmd>: CODE: message`
+ * and exit 1; bad usage exits 2; `run` and `chat` exit 130 when Ctrl-C stopped them.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,6 +28,9 @@
 
 const char *cli_endpoint = NULL;
 const char *cli_app = NULL;
+const char *cli_server_key = NULL;
+const char *cli_server_key_file = NULL;
+const char *cli_client_key_file = NULL;
 
 /* How long the first ping may take before the daemon counts as not running. */
 #define DAEMON_CONNECT_TIMEOUT_MS 3000
@@ -37,14 +42,18 @@ const char *cli_app = NULL;
 
 /* ---- global options and connecting ------------------------------------------------------- */
 
-/* If argv[0] is --endpoint/--app (as "--opt VALUE" or "--opt=VALUE"), store it and return how
+/* If argv[0] is a global option (as "--opt VALUE" or "--opt=VALUE"), store it and return how
  * many arguments it took; 0 if it is not a global option; -1 (with a message) if its value is
  * missing. */
 static int global_option(int argc, char **argv) {
     static const struct {
         const char *name;
         const char **dest;
-    } globals[] = {{"--endpoint", &cli_endpoint}, {"--app", &cli_app}};
+    } globals[] = {{"--endpoint", &cli_endpoint},
+                   {"--app", &cli_app},
+                   {"--server-key", &cli_server_key},
+                   {"--server-key-file", &cli_server_key_file},
+                   {"--client-key-file", &cli_client_key_file}};
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++) {
         size_t len = strlen(globals[i].name);
         if (strncmp(argv[0], globals[i].name, len) != 0) continue;
@@ -89,7 +98,11 @@ static int daemon_not_running(const char *cmd, const char *endpoint) {
 /* Connect, name the app, and check that the daemon answers. Returns NULL after printing why. */
 static corral_client *daemon_connect(const char *cmd) {
     corral_error err;
-    corral_client *c = corral_client_new(cli_endpoint, &err);
+    const corral_connect_options options = {.endpoint = cli_endpoint,
+                                            .server_key = cli_server_key,
+                                            .server_key_file = cli_server_key_file,
+                                            .client_key_file = cli_client_key_file};
+    corral_client *c = corral_client_new_with(&options, &err);
     if (!c) {
         daemon_error(cmd, err.status, &err);
         return NULL;
@@ -120,17 +133,32 @@ static corral_client *daemon_connect(const char *cmd) {
 }
 
 /* getopt_long entries shared by every daemon command. */
-enum { OPT_ENDPOINT = 1000, OPT_APP, OPT_HELP, OPT_JSON };
-#define DAEMON_COMMON_OPTIONS                            \
-    {"endpoint", required_argument, NULL, OPT_ENDPOINT}, \
-        {"app", required_argument, NULL, OPT_APP}, {     \
-        "help", no_argument, NULL, 'h'                   \
+enum {
+    OPT_ENDPOINT = 1000,
+    OPT_APP,
+    OPT_HELP,
+    OPT_JSON,
+    OPT_SERVER_KEY,
+    OPT_SERVER_KEY_FILE,
+    OPT_CLIENT_KEY_FILE
+};
+#define DAEMON_COMMON_OPTIONS                                                \
+    {"endpoint", required_argument, NULL, OPT_ENDPOINT},                     \
+        {"app", required_argument, NULL, OPT_APP},                           \
+        {"server-key", required_argument, NULL, OPT_SERVER_KEY},             \
+        {"server-key-file", required_argument, NULL, OPT_SERVER_KEY_FILE},   \
+        {"client-key-file", required_argument, NULL, OPT_CLIENT_KEY_FILE}, { \
+        "help", no_argument, NULL, 'h'                                       \
     }
 
 static const char daemon_common_help[] =
     "      --endpoint URL      corrald's endpoint (default: $CORRAL_ENDPOINT, else the\n"
     "                          default ipc socket)\n"
-    "      --app NAME          the calling app (an entry of the config's apps section)\n"
+    "      --app NAME          act as this app (one of those corrald lets this client be)\n"
+    "      --server-key KEY    tcp: corrald's CURVE public key (default: $CORRAL_SERVER_KEY)\n"
+    "      --server-key-file F tcp: a file holding it (default: $CORRAL_SERVER_KEY_FILE)\n"
+    "      --client-key-file F tcp: this client's CURVE secret key file (default:\n"
+    "                          $CORRAL_CLIENT_KEY_FILE; `corral keygen` makes key pairs)\n"
     "  -h, --help              this help\n";
 
 /* Handle the shared options inside a getopt loop. Returns 1 if opt was one of them. */
@@ -141,6 +169,12 @@ static bool daemon_common_option(int opt) {
     }
     if (opt == OPT_APP) {
         cli_app = optarg;
+        return true;
+    }
+    if (opt == OPT_SERVER_KEY || opt == OPT_SERVER_KEY_FILE || opt == OPT_CLIENT_KEY_FILE) {
+        *(opt == OPT_SERVER_KEY        ? &cli_server_key
+          : opt == OPT_SERVER_KEY_FILE ? &cli_server_key_file
+                                       : &cli_client_key_file) = optarg;
         return true;
     }
     return false;

@@ -24,6 +24,7 @@ static const cli_command cli_commands[] = {
     {"synth", cmd_synth, "write a synthetic model (a real model's shape, random weights)"},
     {"bench", cmd_bench, "measure a model file's prompt and generation speed, memory bandwidth"},
     {"merge", cmd_merge, "merge LoRA adapters into a model file (GGUF or PEFT adapters)"},
+    {"keygen", cmd_keygen, "make a CURVE key pair for corrald's tcp endpoints"},
     {"run", cmd_run, "generate text with a model of the running corrald"},
     {"chat", cmd_chat, "chat with a model of the running corrald"},
     {"ps", cmd_ps, "the daemon's models: state, memory, last use, queue"},
@@ -41,9 +42,12 @@ static void print_usage(FILE *out) {
     for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
         fprintf(out, "  %-16s %s\n", cli_commands[i].name, cli_commands[i].summary);
     fprintf(out,
-            "\nglobal options (daemon commands): --endpoint URL, --app NAME\n"
+            "\nglobal options (daemon commands): --endpoint URL, --app NAME, and for tcp\n"
+            "  endpoints --server-key KEY | --server-key-file FILE, --client-key-file FILE\n"
             "environment: CORRAL_LOG_LEVEL (error, warn, info, debug, trace),\n"
-            "             CORRAL_ENDPOINT (corrald's endpoint when --endpoint is not given)\n");
+            "             CORRAL_ENDPOINT (corrald's endpoint when --endpoint is not given),\n"
+            "             CORRAL_SERVER_KEY, CORRAL_SERVER_KEY_FILE, CORRAL_CLIENT_KEY_FILE\n"
+            "             (CURVE keys for tcp endpoints; see SECURITY.md)\n");
 }
 
 int cli_fail(const char *cmd, const char *fmt, ...) {

@@ -109,7 +109,10 @@ int harness_start(harness_daemon *d, const char *config_body, const char *const 
             d->pid = 0;
             break;
         }
-        ready = corral_client_ping(c, 200, NULL, &err) == CORRAL_OK;
+        /* A refusal is an answer too: a daemon whose configuration refuses this user (the tests
+         * of access control) is up. */
+        const corral_status st = corral_client_ping(c, 200, NULL, &err);
+        ready = st == CORRAL_OK || st == CORRAL_PERMISSION_DENIED;
     }
     corral_client_destroy(&c);
     if (!ready) {

@@ -20,7 +20,8 @@ typedef struct harness_daemon {
 /* Write `config_body` (YAML; the harness adds `listen:` with its own endpoint and a `memory:`
  * section with a private swap directory unless the body has them; "$IPC" in the body stands for
  * the harness's endpoint, which it waits on) and start corrald with extra_args
- * (NULL-terminated, may be NULL). Waits up to timeout_ms for the daemon to answer a ping. Returns 0
+ * (NULL-terminated, may be NULL). Waits up to timeout_ms for the daemon to answer a ping (with a
+ * Pong, or by refusing the connection when the config lets nobody of this user in). Returns 0
  * on success; -1 with the log printed to stderr otherwise. */
 int harness_start(harness_daemon *d, const char *config_body, const char *const *extra_args,
                   int timeout_ms);

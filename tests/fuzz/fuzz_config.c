@@ -13,6 +13,7 @@
  * absolute path, every app's models are configured ones, watermarks are ordered — and frees clean.
  */
 #include "config.h"
+#include "corral/curve.h"
 #include "fuzz.h"
 
 #define NAME "fuzz.yaml"
@@ -44,6 +45,10 @@ static void check_config(const cfg *c) {
         for (size_t k = 0; k < a->n_models; k++)
             FUZZ_CHECK(cfg_app_allows_model(a, a->models[k]), "app '%s' model %zu", a->name, k);
         FUZZ_CHECK(cfg_priority_name(a->max_priority) != NULL, "app '%s' priority", a->name);
+        /* What auth tables and job->app rely on (daemon/auth.c). */
+        FUZZ_CHECK(strlen(a->name) < 64 && a->name[0] != '(', "app name '%s'", a->name);
+        for (size_t k = 0; k < a->n_curve_keys; k++)
+            FUZZ_CHECK(curve_key_valid(a->curve_keys[k]), "app '%s' curve key %zu", a->name, k);
     }
     for (size_t i = 0; i < c->n_sanitizers; i++) {
         const cfg_sanitizer *s = &c->sanitizers[i];

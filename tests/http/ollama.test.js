@@ -17,7 +17,11 @@ let daemon;
 let ollama;
 
 before(async () => {
-  daemon = await startCorrald();
+  // keep_alive and an empty prompt pin, unpin, load and unload: admin operations, which the
+  // keyless loopback client (the default app) may use only as auth.default_app allows.
+  daemon = await startCorrald({
+    extra: 'auth: {default_app: local}\napps:\n  - name: local\n    admin: true\n',
+  });
   ollama = new Ollama({ host: daemon.base });
 });
 

@@ -1602,7 +1602,10 @@ START_TEST(test_daemon_chat_and_session) {
 }
 END_TEST
 
-START_TEST(test_daemon_session_of_another_app_is_denied) {
+START_TEST(test_daemon_session_ids_are_private_to_each_app) {
+    /* The same session id named by another app is another session: editor's turn is computed
+     * whole (nothing of speaker's cache reaches it, nor the fact that it exists), and speaker's
+     * session still saves its prefill afterwards. */
     harness_daemon d;
     start_daemon(&d, "apps:\n"
                      "  - name: speaker\n"
@@ -1620,7 +1623,11 @@ START_TEST(test_daemon_session_of_another_app_is_denied) {
     corral_error err;
     corral_done done;
     assert_ok(corral_generate(a, &p, NULL, NULL, &done, 60000, &err), &err, "speaker");
-    expect_generate_error(b, &p, CORRAL_PERMISSION_DENIED, "belongs to another app", "editor");
+    assert_ok(corral_generate(b, &p, NULL, NULL, &done, 60000, &err), &err, "editor");
+    ck_assert_msg(done.prefilled_tokens == done.prompt_tokens, "editor reused %u of %u tokens",
+                  done.prompt_tokens - done.prefilled_tokens, done.prompt_tokens);
+    assert_ok(corral_generate(a, &p, NULL, NULL, &done, 60000, &err), &err, "speaker again");
+    ck_assert_msg(done.prefilled_tokens < done.prompt_tokens, "speaker lost its session");
     corral_client_destroy(&a);
     corral_client_destroy(&b);
     ck_assert_int_eq(harness_stop(&d, SIGTERM, 5000), 0);
@@ -1815,7 +1822,7 @@ static Suite *client_c_suite(void) {
     tcase_add_test(daemon, test_daemon_tokenize_equals_reference);
     tcase_add_test(daemon, test_daemon_models_status_load_pin_round_trip);
     tcase_add_test(daemon, test_daemon_chat_and_session);
-    tcase_add_test(daemon, test_daemon_session_of_another_app_is_denied);
+    tcase_add_test(daemon, test_daemon_session_ids_are_private_to_each_app);
     suite_add_tcase(s, daemon);
 
     TCase *cli = tcase_create("cli");

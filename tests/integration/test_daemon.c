@@ -145,13 +145,37 @@ START_TEST(test_second_daemon_on_same_endpoint_refused) {
 }
 END_TEST
 
+/* Write a CURVE key pair into dir as NAME.key (mode 600) and NAME.pub; the public key into pub. */
+static void write_keypair(const char *dir, const char *name, char pub[41]) {
+    char secret[41], path[256];
+    ck_assert_int_eq(zmq_curve_keypair(pub, secret), 0);
+    const char *texts[2] = {secret, pub};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s.%s", dir, name, i ? "pub" : "key");
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, i ? 0644 : 0600);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, texts[i], 40), 40);
+        close(fd);
+    }
+}
+
 START_TEST(test_tcp_endpoints_on_both_loopbacks) {
     /* tcp://localhost: ZeroMQ reads a bind's host as an interface name; tcp://[::1]: needs IPv6
-     * turned on for the socket. Both passed --check-config and then failed to bind. */
+     * turned on for the socket. Both passed --check-config and then failed to bind. tcp is served
+     * with CURVE only: the client holds a key its app lists. */
     const int port = 20000 + (int)(getpid() % 20000);
-    char body[256];
-    snprintf(body, sizeof body, "listen: [\"$IPC\", \"tcp://localhost:%d\", \"tcp://[::1]:%d\"]\n",
-             port, port + 1);
+    char keys[] = "/tmp/corral-it-keys-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(keys));
+    char server_pub[41], client_pub[41], client_key[128];
+    write_keypair(keys, "server", server_pub);
+    write_keypair(keys, "client", client_pub);
+    snprintf(client_key, sizeof client_key, "%s/client.key", keys);
+    char body[1024];
+    snprintf(body, sizeof body,
+             "listen: [\"$IPC\", \"tcp://localhost:%d\", \"tcp://[::1]:%d\"]\n"
+             "auth: {server_key_file: %s/server.key}\n"
+             "apps:\n  - name: remote\n    curve_keys: ['%s']\n",
+             port, port + 1, keys, client_pub);
     harness_daemon d;
     ck_assert_int_eq(harness_start(&d, body, NULL, 10000), 0);
     const char *check[] = {"-c", d.config_path, "--check-config", NULL};
@@ -162,22 +186,58 @@ START_TEST(test_tcp_endpoints_on_both_loopbacks) {
         char endpoint[64];
         snprintf(endpoint, sizeof endpoint, i ? "tcp://[::1]:%d" : "tcp://127.0.0.1:%d", port + i);
         corral_error err;
-        corral_client *c = corral_client_new(endpoint, &err);
+        const corral_connect_options o = {
+            .endpoint = endpoint, .server_key = server_pub, .client_key_file = client_key};
+        corral_client *c = corral_client_new_with(&o, &err);
         ck_assert_msg(c != NULL, "%s", err.message);
         ck_assert_msg(corral_client_ping(c, 5000, NULL, &err) == CORRAL_OK, "%s: %s", endpoint,
                       err.message);
         corral_client_destroy(&c);
     }
     ck_assert_int_eq(harness_stop(&d, SIGTERM, 5000), 0);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", keys);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(test_tcp_without_curve_is_refused_at_start) {
+    /* A tcp endpoint and no server key: refused by --check-config and at start, saying how to fix
+     * it, before anything is bound or touched. */
+    char dir[] = "/tmp/corral-it-tcp-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128], text[256];
+    snprintf(path, sizeof path, "%s/corral.yaml", dir);
+    snprintf(text, sizeof text, "listen: [\"tcp://127.0.0.1:%d\"]\nmemory: {swap_dir: %s/swap}\n",
+             20000 + (int)(getpid() % 20000), dir);
+    FILE *fp = fopen(path, "w");
+    ck_assert_ptr_nonnull(fp);
+    fputs(text, fp);
+    fclose(fp);
+    const char *check[] = {"-c", path, "--check-config", NULL};
+    const char *start[] = {"-c", path, NULL};
+    char out[4096];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(harness_run_corrald(i ? start : check, out, sizeof out, 5000), 1);
+        ck_assert_msg(strstr(out, "tcp endpoints need CURVE") &&
+                          strstr(out, "auth.server_key_file") && strstr(out, "corral keygen"),
+                      "%s", out);
+    }
+    char swap[160];
+    snprintf(swap, sizeof swap, "%s/swap", dir);
+    ck_assert_msg(access(swap, F_OK) != 0, "the refused daemon made its swap directory");
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
 START_TEST(test_check_config_binds_what_startup_binds) {
-    /* A socket directory open to others passes the syntax check but not the bind: --check-config
-     * must say so, as startup would. */
+    /* A socket directory others may write in passes the syntax check but not the bind:
+     * --check-config must say so, as startup would. */
     char dir[] = "/tmp/corral-it-open-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(dir, 0775), 0);
     char path[128], text[256];
     snprintf(path, sizeof path, "%s/corral.yaml", dir);
     snprintf(text, sizeof text, "listen: [\"ipc://%s/sock\"]\nmemory: {swap_dir: %s/swap}\n", dir,
@@ -189,7 +249,7 @@ START_TEST(test_check_config_binds_what_startup_binds) {
     const char *check[] = {"-c", path, "--check-config", NULL};
     char out[4096];
     ck_assert_int_eq(harness_run_corrald(check, out, sizeof out, 5000), 1);
-    ck_assert_msg(strstr(out, "must not be open to group or others"), "%s", out);
+    ck_assert_msg(strstr(out, "group or others could replace the socket"), "%s", out);
     ck_assert_int_eq(chmod(dir, 0700), 0);
     ck_assert_int_eq(harness_run_corrald(check, out, sizeof out, 5000), 0);
     ck_assert_msg(strstr(out, ": ok"), "%s", out);
@@ -258,6 +318,7 @@ static Suite *daemon_suite(void) {
     tcase_add_test(errors, test_second_daemon_on_same_endpoint_refused);
     tcase_add_test(errors, test_bad_config_and_flags_exit_nonzero);
     tcase_add_test(errors, test_check_config_binds_what_startup_binds);
+    tcase_add_test(errors, test_tcp_without_curve_is_refused_at_start);
     suite_add_tcase(s, errors);
     return s;
 }

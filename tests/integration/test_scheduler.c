@@ -398,10 +398,10 @@ static void serve_streams(raw *r, int n, int *chunks, int want, int ms) {
     }
 }
 
-START_TEST(test_priority_is_capped_by_the_app) {
+START_TEST(test_priority_above_the_apps_ceiling_is_refused) {
     /* Every active slot of "synth" is taken by long interactive streams. A realtime request
-     * always starts — but "notes" may not go above interactive, so its "realtime" request waits
-     * for a slot like any interactive one, while speaker's cuts in at once. */
+     * always starts — speaker's cuts in at once. "notes" may not go above interactive: its
+     * "realtime" request is refused, naming the ceiling (it used to be lowered in silence). */
     enum { N_BG = 8 };
     raw bg[N_BG], notes, speaker;
     for (int i = 0; i < N_BG; i++) {
@@ -431,11 +431,11 @@ START_TEST(test_priority_is_capped_by_the_app) {
     o.app = "speaker";
     send_generate(&speaker, 6, &o);
     /* Both answers, the streams served meanwhile (they keep their slots and run to their end). */
-    Corral__V1__Response *fast = NULL, *slow = NULL;
-    for (int waited = 0; !(fast && slow) && waited < 180000; waited += 50) {
+    Corral__V1__Response *fast = NULL, *refused = NULL;
+    for (int waited = 0; !(fast && refused) && waited < 180000; waited += 50) {
         serve_streams(bg, N_BG, NULL, 0, 20);
         raw *who[2] = {&speaker, &notes};
-        Corral__V1__Response **got[2] = {&fast, &slow};
+        Corral__V1__Response **got[2] = {&fast, &refused};
         for (int w = 0; w < 2; w++) {
             if (*got[w]) continue;
             Corral__V1__Response *resp = raw_recv_live(who[w], 15);
@@ -449,14 +449,18 @@ START_TEST(test_priority_is_capped_by_the_app) {
     ck_assert_ptr_nonnull(fast);
     ck_assert_int_eq(fast->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
     ck_assert_uint_le(fast->done->queue_steps, 1);
-    ck_assert_ptr_nonnull(slow);
-    ck_assert_int_eq(slow->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
-    ck_assert_uint_eq(slow->done->generated_tokens, 2);
-    /* It waited for a slot: until a 300-token stream ended. */
-    ck_assert_msg(slow->done->queue_steps >= 100, "the capped request waited only %u steps",
-                  slow->done->queue_steps);
+    ck_assert_ptr_nonnull(refused);
+    ck_assert_int_eq(refused->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
+    ck_assert_int_eq(refused->error->code, CORRAL__V1__ERROR_CODE__PERMISSION_DENIED);
+    ck_assert_msg(strstr(refused->error->message, "its ceiling is interactive") &&
+                      strstr(refused->error->message, "apps[].max_priority"),
+                  "%s", refused->error->message);
     corral__v1__response__free_unpacked(fast, NULL);
-    corral__v1__response__free_unpacked(slow, NULL);
+    corral__v1__response__free_unpacked(refused, NULL);
+    char log[1 << 16];
+    harness_read_log(&d, log, sizeof log);
+    ck_assert_msg(strstr(log, "msg=\"permission denied\" app=notes rule=max_priority model=synth"),
+                  "%s", log);
     raw_close(&notes);
     raw_close(&speaker);
     for (int i = 0; i < N_BG; i++) raw_close(&bg[i]);
@@ -851,28 +855,26 @@ START_TEST(test_sessions_keep_separate_histories) {
 }
 END_TEST
 
-START_TEST(test_session_of_another_app_refused) {
+START_TEST(test_session_ids_are_private_to_each_app) {
+    /* Another app naming the same session id gets a session of its own, and nothing tells it
+     * whether the first exists: its prompt is computed whole (prefilled == prompt tokens). The
+     * first app's session is untouched and still saves its prefill. */
     raw r;
     raw_open(&r, d.endpoint);
     uint32_t pt, pf;
-    free(generate_text(&r, 1,
-                       &(gen_opts){.model = "stories",
-                                   .session = "private",
-                                   .app = "speaker",
-                                   .max_tokens = 2,
-                                   .has_temperature = true},
-                       &pt, &pf));
-    send_generate(&r, 2,
-                  &(gen_opts){.model = "stories",
-                              .session = "private",
-                              .app = "notes",
-                              .max_tokens = 2,
-                              .has_temperature = true});
-    Corral__V1__Response *resp = raw_final(&r, 2, 5000);
-    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_ERROR);
-    ck_assert_int_eq(resp->error->code, CORRAL__V1__ERROR_CODE__PERMISSION_DENIED);
-    ck_assert_ptr_nonnull(strstr(resp->error->message, "session 'private'"));
-    corral__v1__response__free_unpacked(resp, NULL);
+    const gen_opts turn = {.model = "stories",
+                           .session = "private",
+                           .app = "speaker",
+                           .max_tokens = 2,
+                           .has_temperature = true};
+    free(generate_text(&r, 1, &turn, &pt, &pf));
+    ck_assert_uint_eq(pf, pt);
+    gen_opts other = turn;
+    other.app = "notes";
+    free(generate_text(&r, 2, &other, &pt, &pf));
+    ck_assert_msg(pf == pt, "notes reused %u of %u tokens of speaker's session", pt - pf, pt);
+    free(generate_text(&r, 3, &turn, &pt, &pf));
+    ck_assert_msg(pf < pt, "speaker's session lost its cache (%u of %u computed)", pf, pt);
     raw_close(&r);
 }
 END_TEST
@@ -1214,7 +1216,7 @@ static Suite *scheduler_suite(void) {
     tcase_add_checked_fixture(core, setup, teardown);
     tcase_set_timeout(core, 120);
     tcase_add_test(core, test_realtime_preempts_background);
-    tcase_add_test(core, test_priority_is_capped_by_the_app);
+    tcase_add_test(core, test_priority_above_the_apps_ceiling_is_refused);
     tcase_add_test(core, test_cancel_mid_stream);
     tcase_add_test(core, test_sessions_keep_separate_histories);
     tcase_add_test(core, test_sighup_adds_a_model);
@@ -1246,7 +1248,7 @@ static Suite *scheduler_suite(void) {
     tcase_add_test(errors, test_unknown_model);
     tcase_add_test(errors, test_invalid_params);
     tcase_add_test(errors, test_prompt_longer_than_context);
-    tcase_add_test(errors, test_session_of_another_app_refused);
+    tcase_add_test(errors, test_session_ids_are_private_to_each_app);
     suite_add_tcase(s, errors);
     return s;
 }

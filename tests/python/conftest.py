@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Sequence
 
 import pytest
 
-from corral import Client, CorralError
+from corral import Client, CorralError, PermissionDenied
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -104,13 +104,18 @@ def corrald_path() -> str:
 @contextmanager
 def running_corrald(body: str = "", extra_args: Sequence[str] = ()) -> Iterator[Daemon]:
     """Start corrald with ``body`` (YAML; a `listen:` with a private endpoint is added unless the
-    body has one), wait until it answers a ping, and stop it afterwards."""
+    body has one; ``$IPC`` in the body stands for that endpoint, for a `listen:` that names it
+    beside others), wait until it answers a ping, and stop it afterwards."""
     with tempfile.TemporaryDirectory(prefix="corral-py-") as tmp:
         endpoint = f"ipc://{tmp}/sock/corral.sock"
         config = os.path.join(tmp, "corral.yaml")
-        own_listen = not any(line.startswith("listen:") for line in body.splitlines())
+        names_own = "$IPC" in body
+        body = body.replace("$IPC", endpoint)
+        own_listen = names_own or not any(
+            line.startswith("listen:") for line in body.splitlines()
+        )
         with open(config, "w", encoding="utf-8") as f:
-            if own_listen:
+            if own_listen and not names_own:
                 f.write(f'listen: ["{endpoint}"]\n')
             # A private swap directory: sessions swapped out at shutdown must not leak into other
             # tests' daemons through the default /var/tmp/corral.
@@ -138,6 +143,8 @@ def running_corrald(body: str = "", extra_args: Sequence[str] = ()) -> Iterator[
                 try:
                     c.ping()
                     break
+                except PermissionDenied:
+                    break  # a daemon whose config refuses this user is up too
                 except CorralError:
                     if proc.poll() is not None or time.monotonic() > deadline:
                         proc.kill()

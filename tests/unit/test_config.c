@@ -337,6 +337,56 @@ START_TEST(test_http_section) {
 }
 END_TEST
 
+/* A CURVE public key as `corral keygen` writes one. */
+#define TEST_KEY "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+
+START_TEST(test_auth_keys) {
+    const char *text = "auth: {owner: false, server_key_file: keys/corral.key, default_app: "
+                       "plain.app_2-x}\n"
+                       "apps:\n"
+                       "  - name: speaker\n"
+                       "    uids: [1001, 1002]\n"
+                       "    gids: 100\n"
+                       "    curve_keys: ['" TEST_KEY "']\n"
+                       "    admin: true\n"
+                       "    max_concurrent: 4\n"
+                       "    requests_per_minute: 120\n"
+                       "    max_tokens: 512\n"
+                       "  - name: plain.app_2-x\n";
+    corral_error err;
+    cfg *c = cfg_load_string(text, strlen(text), "t.yaml", &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert(!c->auth_owner);
+    ck_assert_str_eq(c->default_app, "plain.app_2-x");
+    /* Relative to the config's folder (here the current directory). */
+    ck_assert_ptr_nonnull(strstr(c->server_key_file, "/keys/corral.key"));
+    const cfg_app *a = cfg_find_app(c, "speaker");
+    ck_assert_uint_eq(a->n_uids, 2);
+    ck_assert_uint_eq(a->uids[0], 1001);
+    ck_assert_uint_eq(a->uids[1], 1002);
+    ck_assert_uint_eq(a->n_gids, 1);
+    ck_assert_uint_eq(a->gids[0], 100);
+    ck_assert_uint_eq(a->n_curve_keys, 1);
+    ck_assert_str_eq(a->curve_keys[0], TEST_KEY);
+    ck_assert(a->admin);
+    ck_assert_int_eq(a->max_concurrent, 4);
+    ck_assert_int_eq(a->requests_per_minute, 120);
+    ck_assert_int_eq(a->max_tokens, 512);
+    /* Defaults: nobody listed, no admin, no limits. */
+    const cfg_app *b = cfg_find_app(c, "plain.app_2-x");
+    ck_assert(b->n_uids == 0 && b->n_gids == 0 && b->n_curve_keys == 0 && !b->admin);
+    ck_assert(b->max_concurrent == 0 && b->requests_per_minute == 0 && b->max_tokens == 0);
+    ck_assert_int_eq(b->max_priority, CFG_PRIORITY_INTERACTIVE);
+    cfg_destroy(&c);
+    /* The owner is on by default; no server key. */
+    c = cfg_new_defaults(&err);
+    ck_assert(c->auth_owner);
+    ck_assert_ptr_null(c->server_key_file);
+    ck_assert_ptr_null(c->default_app);
+    cfg_destroy(&c);
+}
+END_TEST
+
 START_TEST(test_http_errors) {
     expect_error("http: {listen: [\"0.0.0.0:11435\"]}\n",
                  "'0.0.0.0:11435' is not a loopback address; serving beyond this machine needs "
@@ -347,6 +397,33 @@ START_TEST(test_http_errors) {
     expect_error("http: {keys: [{key_file: k}]}\n", "lacks the required key 'app'");
     expect_error("http: {max_body_bytes: 10}\n", "http.max_body_bytes");
     expect_error("http: {port: 80}\n", "unknown key 'http.port'");
+}
+END_TEST
+
+START_TEST(test_auth_key_errors) {
+    expect_error("apps:\n  - name: s\n    uids: [-1]\n", "expected a numeric id");
+    expect_error("apps:\n  - name: s\n    uids: [alice]\n", "t.yaml:3:12: uids: expected a numeric "
+                                                            "id (`id -u NAME`), got 'alice'");
+    expect_error("apps:\n  - name: s\n    gids: [4294967295]\n", "expected a numeric id");
+    expect_error("apps:\n  - name: s\n    gids: {a: 1}\n", "gids: expected a numeric id or a list");
+    expect_error("apps:\n  - name: s\n    curve_keys: [short]\n",
+                 "app 's': curve_keys entry 1 is not a CURVE public key");
+    /* 40 characters, but a group whose value is 2^32 or more. */
+    expect_error("apps:\n  - name: s\n    curve_keys: ['####################################"
+                 "####']\n",
+                 "curve_keys entry 1");
+    expect_error("apps:\n  - name: 'two words'\n", "app 'two words': a name is 1 to 63");
+    expect_error("apps:\n  - name: '(owner)'\n", "a name is 1 to 63");
+    expect_error("apps:\n  - name: "
+                 "a234567890123456789012345678901234567890123456789012345678901234\n",
+                 "a name is 1 to 63");
+    expect_error("apps:\n  - name: s\n    admin: yes\n", "admin: expected true or false");
+    expect_error("apps:\n  - name: s\n    max_tokens: -1\n", "max_tokens: -1 is out of range");
+    expect_error("apps:\n  - name: s\n    requests_per_minute: 9999999999\n", "out of range");
+    expect_error("auth: {owner: maybe}\n", "auth.owner: expected true or false");
+    expect_error("auth: {server_key: x}\n", "unknown key 'auth.server_key'");
+    expect_error("auth: {default_app: ghost}\n",
+                 "auth.default_app names app 'ghost', which is not in `apps`");
 }
 END_TEST
 
@@ -361,6 +438,7 @@ static Suite *config_suite(void) {
     tcase_add_test(core, test_models_and_apps);
     tcase_add_test(core, test_memory_share_of_ram);
     tcase_add_test(core, test_http_section);
+    tcase_add_test(core, test_auth_keys);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_empty_and_comment_only_files);
@@ -375,6 +453,7 @@ static Suite *config_suite(void) {
     tcase_add_test(errors, test_syntax_and_duplicates);
     tcase_add_test(errors, test_model_entry_errors);
     tcase_add_test(errors, test_http_errors);
+    tcase_add_test(errors, test_auth_key_errors);
     suite_add_tcase(s, errors);
     return s;
 }

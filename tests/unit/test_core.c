@@ -20,6 +20,7 @@
 #include "corral/synth.h"
 #include "job.h"
 #include "lora.h"
+#include "sched_impl.h" /* the count of per-app counters, read atomically */
 #include "testutil.h"
 
 /* ---- a front end for tests ------------------------------------------------------------------- */
@@ -84,6 +85,9 @@ static tjob *tjob_new(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t->j->received_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    /* This front end's requests come from corrald's owner (auth.h). */
+    snprintf(t->j->app, sizeof t->j->app, "%s", AUTH_OWNER_APP);
+    t->j->owner = true;
     return t;
 }
 
@@ -359,6 +363,107 @@ START_TEST(test_requests_the_core_refuses) {
 }
 END_TEST
 
+START_TEST(test_app_counters_are_dropped_when_idle) {
+    /* Each app's counter (requests in flight, rate bucket) goes once the app is idle: app names
+     * that come and go leave nothing behind (issue 18, row 11: 79 bytes each, never freed). A
+     * rate-limited app's counter stays until its bucket is full again: "slow" (one a minute)
+     * keeps its own, "bursty" (a hundred thousand a second) is full again at once. */
+    core *k = start("apps:\n"
+                    "  - name: slow\n    requests_per_minute: 1\n"
+                    "  - name: bursty\n    requests_per_minute: 6000000\n"
+                    "limits: {queue_per_model: 1000, queue_per_app: 1000}\n");
+    enum { N = 300 };
+    tjob *t[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = tjob_new();
+        core_generate *g = &t[i]->j->req.generate;
+        t[i]->j->req.kind = CORE_GENERATE;
+        g->model = "stories";
+        g->prompt = "Once upon a time";
+        g->prompt_len = strlen(g->prompt);
+        g->sampling.has_max_tokens = true;
+        g->sampling.max_tokens = 1;
+        g->session = g->constraint = g->sanitizer = g->template_name = "";
+        /* The owner may label its requests with any app name. */
+        if (i == 0)
+            snprintf(t[i]->j->app, sizeof t[i]->j->app, "slow");
+        else if (i <= 20)
+            snprintf(t[i]->j->app, sizeof t[i]->j->app, "bursty");
+        else
+            snprintf(t[i]->j->app, sizeof t[i]->j->app, "app-%d", i);
+        core_submit(k, t[i]->j);
+    }
+    for (int i = 0; i < N; i++) {
+        tjob_wait(t[i], 60000);
+        ck_assert_msg(t[i]->final == JOB_FINAL_DONE, "%d: %s", i, t[i]->j->error_message);
+    }
+    const int64_t until = now_ms() + 30000;
+    while (atomic_load(&((struct core *)k)->n_apps) != 1 && now_ms() < until) usleep(1000);
+    ck_assert_uint_eq(atomic_load(&((struct core *)k)->n_apps), 1);
+    for (int i = 0; i < N; i++) tjob_free(t[i]);
+    core_destroy(&k);
+}
+END_TEST
+
+START_TEST(test_the_default_app_is_not_the_owner) {
+    /* A front end's unauthenticated clients run as the default app "": every model up to
+     * interactive, no admin operation. Only a job marked as the owner's has more. */
+    core *k = start(NULL);
+    tjob *t = tjob_new();
+    t->j->app[0] = '\0';
+    t->j->owner = false;
+    t->j->req.kind = CORE_PIN;
+    t->j->req.target.model = "stories";
+    core_submit(k, t->j);
+    tjob_wait(t, 10000);
+    ck_assert_int_eq(t->j->error_code, CORRAL_PERMISSION_DENIED);
+    ck_assert_msg(strstr(t->j->error_message, "may not pin models") &&
+                      strstr(t->j->error_message, "apps[].admin"),
+                  "%s", t->j->error_message);
+    tjob_free(t);
+    for (int owner = 0; owner < 2; owner++) {
+        t = tjob_new();
+        core_generate *g = &t->j->req.generate;
+        t->j->req.kind = CORE_GENERATE;
+        if (!owner) {
+            t->j->app[0] = '\0';
+            t->j->owner = false;
+        }
+        g->model = "stories";
+        g->prompt = "Once upon a time";
+        g->prompt_len = strlen(g->prompt);
+        g->sampling.has_max_tokens = true;
+        g->sampling.max_tokens = 2;
+        g->priority = CFG_PRIORITY_REALTIME;
+        g->session = g->constraint = g->sanitizer = g->template_name = "";
+        core_submit(k, t->j);
+        tjob_wait(t, 30000);
+        if (owner) {
+            ck_assert_msg(t->final == JOB_FINAL_DONE, "%s", t->j->error_message);
+        } else {
+            ck_assert_int_eq(t->j->error_code, CORRAL_PERMISSION_DENIED);
+            ck_assert_msg(strstr(t->j->error_message, "app '(default)' may not ask for priority "
+                                                      "realtime: its ceiling is interactive"),
+                          "%s", t->j->error_message);
+        }
+        tjob_free(t);
+    }
+    core_destroy(&k);
+    /* auth.default_app gives the default app an entry's rules: here, admin operations. */
+    k = start("auth: {default_app: local}\napps:\n  - name: local\n    admin: true\n");
+    t = tjob_new();
+    t->j->app[0] = '\0';
+    t->j->owner = false;
+    t->j->req.kind = CORE_PIN;
+    t->j->req.target.model = "stories";
+    core_submit(k, t->j);
+    tjob_wait(t, 10000);
+    ck_assert_msg(t->final == JOB_FINAL_REPLY, "%s", t->j->error_message);
+    tjob_free(t);
+    core_destroy(&k);
+}
+END_TEST
+
 static Suite *core_suite(void) {
     Suite *s = suite_create("core");
     TCase *core = tcase_create("core");
@@ -374,11 +479,13 @@ static Suite *core_suite(void) {
     tcase_set_timeout(limits, 600);
     tcase_add_test(limits, test_cancelling_the_last_request_cancels_its_load);
     tcase_add_test(limits, test_a_load_still_wanted_by_another_request_goes_on);
+    tcase_add_test(limits, test_app_counters_are_dropped_when_idle);
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_unchecked_fixture(errors, setup_models, NULL);
     tcase_add_checked_fixture(errors, setup, teardown);
     tcase_add_test(errors, test_requests_the_core_refuses);
+    tcase_add_test(errors, test_the_default_app_is_not_the_owner);
     suite_add_tcase(s, errors);
     return s;
 }

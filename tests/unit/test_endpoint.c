@@ -143,6 +143,23 @@ START_TEST(test_open_dir_refused) {
 }
 END_TEST
 
+START_TEST(test_dir_others_may_enter_but_not_write) {
+    /* Other users may be let in to connect (corrald authenticates them), never to write. */
+    char dir[128], ep[ENDPOINT_MAX];
+    snprintf(dir, sizeof dir, "%s/shared", tmp_root);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(chmod(dir, 0711), 0);
+    snprintf(ep, sizeof ep, "ipc://%s/corral.sock", dir);
+    corral_error err;
+    ck_assert_int_eq(endpoint_prepare_bind(ep, &err), CORRAL_OK);
+    ck_assert_int_eq(chmod(dir, 0750), 0);
+    ck_assert_int_eq(endpoint_prepare_bind(ep, &err), CORRAL_OK);
+    ck_assert_int_eq(chmod(dir, 0770), 0);
+    ck_assert_int_eq(endpoint_prepare_bind(ep, &err), CORRAL_PERMISSION_DENIED);
+    ck_assert_ptr_nonnull(strstr(err.message, "could replace the socket"));
+}
+END_TEST
+
 START_TEST(test_file_instead_of_dir_refused) {
     char path[128], ep[ENDPOINT_MAX];
     snprintf(path, sizeof path, "%s/file", tmp_root);
@@ -164,6 +181,7 @@ static Suite *endpoint_suite(void) {
     tcase_add_test(core, test_valid_endpoints);
     tcase_add_test(core, test_prepare_creates_private_dir);
     tcase_add_test(core, test_http_addresses);
+    tcase_add_test(core, test_dir_others_may_enter_but_not_write);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_long_paths_rejected);

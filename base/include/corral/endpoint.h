@@ -30,7 +30,8 @@ corral_status endpoint_for_client(char *buf, size_t size, corral_error *err);
 corral_status endpoint_validate(const char *endpoint, corral_error *err);
 
 /* Before the daemon binds an ipc:// endpoint: create its directory with mode 0700 if missing, and
- * refuse one that is not a directory, not owned by this user, or open to group/others; refuse a
+ * refuse one that is not a directory, not owned by this user, or writable by group/others (who
+ * may still be let in to connect: corrald authenticates each connection); refuse a
  * socket file another process is still listening on (ZeroMQ would silently take it over). A stale
  * socket file is left for ZeroMQ to replace. tcp:// endpoints need no preparation. */
 corral_status endpoint_prepare_bind(const char *endpoint, corral_error *err);

@@ -16,7 +16,7 @@ import struct
 from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence, Union
 
 from ._proto import pb
-from .errors import DeadlineExceeded, InvalidArgument, ProtocolError, error_for_code
+from .errors import CorralError, DeadlineExceeded, InvalidArgument, ProtocolError, error_for_code
 from .types import (
     AdapterInfo,
     ChatMessage,
@@ -241,11 +241,15 @@ def body_of(resp: Any) -> str:
     return str(resp.WhichOneof("body"))
 
 
+def error_of(code: int, message: str) -> CorralError:
+    """The exception of a wire error code and its message."""
+    name = pb.ErrorCode.Name(code) if code in pb.ErrorCode.values() else f"ERROR_{code}"
+    return error_for_code(name, message)
+
+
 def raise_error(resp: Any) -> NoReturn:
     """Raise the exception of an Error response."""
-    code = resp.error.code
-    name = pb.ErrorCode.Name(code) if code in pb.ErrorCode.values() else f"ERROR_{code}"
-    raise error_for_code(name, resp.error.message)
+    raise error_of(resp.error.code, resp.error.message)
 
 
 def expect(resp: Any, body: str, what: str) -> Any:

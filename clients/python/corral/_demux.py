@@ -11,7 +11,8 @@ could not decode something this connection sent) and a frame this client cannot 
 Liveness: ``last_heard`` is when the daemon last said anything; the patient callers' timeouts
 measure silence from it. When the connection drops (the daemon stopped, crashed or restarted, or
 refused an oversized message), requests in flight can never be answered: :meth:`connection_lost`
-gives each an UNAVAILABLE error instead of leaving it to wait on a daemon that knows nothing of it.
+gives each an UNAVAILABLE error instead of leaving it to wait on a daemon that knows nothing of it;
+when corrald refuses the connection itself (:meth:`refused`), each gets that refusal at once.
 """
 
 from __future__ import annotations
@@ -95,6 +96,12 @@ class Demux:
                 "in flight (the daemon stopped or restarted, or refused an oversized message)",
             )
         )
+
+    def refused(self, code: int, message: str) -> Set[int]:
+        """corrald refused the connection's handshake: every request in flight gets the error
+        (PERMISSION_DENIED saying why). Returns their ids."""
+        self._keepalive.clear()
+        return self._to_all(_codec.error_response(0, code, message))
 
     def _to_all(self, resp: Any) -> Set[int]:
         for box in self.inboxes.values():

@@ -36,7 +36,7 @@ from typing import (
 import zmq
 import zmq.asyncio
 
-from . import _codec
+from . import _auth, _codec
 from ._codec import PriorityLike
 from ._demux import Demux
 from ._proto import pb
@@ -172,10 +172,21 @@ class AsyncClient:
     """
 
     def __init__(
-        self, endpoint: Optional[str] = None, app: str = "", timeout: float = 30.0
+        self,
+        endpoint: Optional[str] = None,
+        app: str = "",
+        timeout: float = 30.0,
+        *,
+        server_key: Optional[str] = None,
+        server_key_file: Optional[str] = None,
+        client_key_file: Optional[str] = None,
     ) -> None:
         #: The endpoint this client talks to.
         self.endpoint: str = endpoint or default_endpoint()
+        keys = _auth.curve_keys(self.endpoint, server_key, server_key_file, client_key_file)
+        self._curve = keys is not None
+        # Why corrald refused the connection for good (libzmq does not retry it), once it did.
+        self._refused: Optional[CorralError] = None
         #: The app name sent with every request.
         self.app: str = app
         #: Default timeout of every call, in seconds (see the module documentation).
@@ -191,7 +202,11 @@ class AsyncClient:
         self._sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.IPV6, 1)  # tcp://[::1]:PORT as well as IPv4 addresses
-        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        if keys is not None:
+            _auth.set_curve(self._sock, keys)
+        self._monitor = self._sock.get_monitor_socket(
+            zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
+        )
         try:
             self._sock.connect(self.endpoint)
         except zmq.ZMQError as exc:
@@ -255,10 +270,14 @@ class AsyncClient:
     def _send(self, request_id: int, **body: Any) -> None:
         if self._sock.closed:
             raise Unavailable(f"the client for {self.endpoint} is closed")
+        if self._refused is not None:
+            raise self._refused
         data = _codec.new_request(request_id, self.app, **body).SerializeToString()
         # With NOBLOCK and no send already queued, pyzmq completes the future on the spot.
         fut: Any = self._sock.send(data, zmq.NOBLOCK)
         if fut.done() and fut.exception() is not None:
+            if self._refused is not None:
+                raise self._refused
             raise Unavailable(
                 f"cannot send to corrald at {self.endpoint}: too many messages are waiting "
                 "(is it running?)"
@@ -352,9 +371,18 @@ class AsyncClient:
                     await self._drain()
                 if self._monitor in ready:
                     frames = await self._monitor.recv_multipart()
-                    if _codec.monitor_event(frames) == zmq.EVENT_DISCONNECTED:
+                    event = _codec.monitor_event(frames)
+                    if event == zmq.EVENT_DISCONNECTED:
                         await self._drain()  # answers that arrived before the drop still count
                         self._wake_up(self._demux.connection_lost())
+                        continue
+                    why = _auth.refusal(
+                        self.endpoint, event, _auth.event_value(frames), self._curve
+                    )
+                    if why is not None:
+                        if _auth.final(event):
+                            self._refused = _codec.error_of(*why)
+                        self._wake_up(self._demux.refused(*why))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # the socket was closed or broke: wake every waiter

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, List, Literal, Optional, Sequence, U
 
 import zmq
 
-from . import _codec
+from . import _auth, _codec
 from ._codec import PriorityLike
 from ._demux import Demux
 from ._proto import pb
@@ -163,11 +163,15 @@ class Client:
     """A connection to corrald.
 
     ``endpoint`` defaults to :func:`~corral.default_endpoint` (``$CORRAL_ENDPOINT`` or the
-    daemon's default socket); ``app`` names the calling app (an entry of the config's ``apps``
-    section; empty: the default app); ``timeout`` (seconds, ``math.inf`` for none) is the default
-    for every call: the time to the answer for quick requests, the daemon's longest silence for
-    generations, load and unload (see the module documentation). Connecting does not wait for
-    the daemon; the first call does.
+    daemon's default socket); ``app`` selects which app to act as, among those corrald lets this
+    client be (empty: its default; corrald establishes who the client is, SECURITY.md);
+    ``server_key`` (or ``server_key_file``) and ``client_key_file`` are the CURVE keys a tcp
+    endpoint needs (default: ``$CORRAL_SERVER_KEY`` or ``$CORRAL_SERVER_KEY_FILE``, and
+    ``$CORRAL_CLIENT_KEY_FILE``); a connection corrald refuses makes every call raise
+    :class:`~corral.PermissionDenied` at once. ``timeout`` (seconds, ``math.inf`` for none) is
+    the default for every call: the time to the answer for quick requests, the daemon's longest
+    silence for generations, load and unload (see the module documentation). Connecting does not
+    wait for the daemon; the first call does.
 
     A Client is **not thread-safe**: use one per thread (they are cheap), or guard it with a lock.
     Keepalive Pings are sent only while a call of this client is waiting, so a stream left unread
@@ -178,10 +182,21 @@ class Client:
     """
 
     def __init__(
-        self, endpoint: Optional[str] = None, app: str = "", timeout: float = 30.0
+        self,
+        endpoint: Optional[str] = None,
+        app: str = "",
+        timeout: float = 30.0,
+        *,
+        server_key: Optional[str] = None,
+        server_key_file: Optional[str] = None,
+        client_key_file: Optional[str] = None,
     ) -> None:
         #: The endpoint this client talks to.
         self.endpoint: str = endpoint or default_endpoint()
+        keys = _auth.curve_keys(self.endpoint, server_key, server_key_file, client_key_file)
+        self._curve = keys is not None
+        # Why corrald refused the connection for good (libzmq does not retry it), once it did.
+        self._refused: Optional[CorralError] = None
         #: The app name sent with every request.
         self.app: str = app
         #: Default timeout of every call, in seconds (see the module documentation).
@@ -191,8 +206,13 @@ class Client:
         self._sock = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.IPV6, 1)  # tcp://[::1]:PORT as well as IPv4 addresses
-        # Disconnections tell that requests in flight are lost (see the module documentation).
-        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        if keys is not None:
+            _auth.set_curve(self._sock, keys)
+        # Disconnections tell that requests in flight are lost (see the module documentation);
+        # failed handshakes that corrald refused the connection.
+        self._monitor = self._sock.get_monitor_socket(
+            zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
+        )
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -233,10 +253,16 @@ class Client:
     def _send(self, request_id: int, **body: Any) -> None:
         if self._sock.closed:
             raise Unavailable(f"the client for {self.endpoint} is closed")
+        self._read_monitor()
+        if self._refused is not None:
+            raise self._refused
         data = _codec.new_request(request_id, self.app, **body).SerializeToString()
         try:
             self._sock.send(data, zmq.NOBLOCK)
         except zmq.Again:
+            self._read_monitor()  # no connection to queue on: a refused one is gone for good
+            if self._refused is not None:
+                raise self._refused from None
             raise Unavailable(
                 f"cannot send to corrald at {self.endpoint}: too many messages are waiting "
                 "(is it running?)"
@@ -309,9 +335,16 @@ class Client:
                 frames = self._monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if _codec.monitor_event(frames) == zmq.EVENT_DISCONNECTED:
+            event = _codec.monitor_event(frames)
+            if event == zmq.EVENT_DISCONNECTED:
                 self._drain()  # answers that arrived before the drop still count
                 self._demux.connection_lost()
+                continue
+            why = _auth.refusal(self.endpoint, event, _auth.event_value(frames), self._curve)
+            if why is not None:
+                self._demux.refused(*why)
+                if _auth.final(event):
+                    self._refused = _codec.error_of(*why)
 
     def _call(
         self, what: str, reply: str, timeout: Optional[float], patient: bool = False, **body: Any
