@@ -145,6 +145,18 @@ static bool log_has(const char *needle) {
     return strstr(log, needle) != NULL;
 }
 
+static long long now_ms(void);
+
+/* Wait (bounded) until the daemon's log says `needle`: a line is written by the thread that
+ * acted, which may come after the answer the test has already read. */
+static void wait_for_log(const char *needle) {
+    const long long deadline = now_ms() + FINAL_TIMEOUT_MS;
+    while (!log_has(needle)) {
+        ck_assert_msg(now_ms() < deadline, "the log never said '%s'", needle);
+        usleep(10000);
+    }
+}
+
 /* A config serving `m` (work/m.gguf, context 2048) and `other` (the shared Q4_0 stories, never
  * touched), with swap and cache in the work folder and 2 compute threads; `extra` is appended to
  * the models list. */
@@ -441,7 +453,7 @@ START_TEST(test_model_truncated_under_a_running_request) {
     ck_assert_int_eq(o.code, CORRAL__V1__ERROR_CODE__IO);
     ck_assert_msg(strstr(o.message, in_work("m.gguf")) && strstr(o.message, "truncated"), "%s",
                   o.message);
-    ck_assert(log_has("model broken"));
+    wait_for_log("model broken");
 
     model_view v = status_of("m");
     ck_assert_int_eq(v.state, CORRAL__V1__MODEL_STATE__MODEL_STATE_BROKEN);
@@ -486,7 +498,7 @@ START_TEST(test_repacked_image_truncated_under_the_model) {
     ck_assert_int_eq(status_of("m").state, CORRAL__V1__MODEL_STATE__MODEL_STATE_BROKEN);
 
     ck_assert_str_eq(text_of(&q), before);
-    ck_assert(log_has("repacked weights image unusable, writing it again"));
+    wait_for_log("repacked weights image unusable, writing it again");
     ck_assert_int_eq(file_size(image) > 4096, 1);
     stop();
 }
@@ -515,7 +527,7 @@ START_TEST(test_model_overwritten_in_place_serves_the_new_weights) {
     ck_assert(st0.st_ino == st1.st_ino); /* in place */
 
     ck_assert_str_eq(text_of(&q), want);
-    ck_assert(log_has("model broken"));
+    wait_for_log("model broken");
     ck_assert_int_eq(status_of("m").state, CORRAL__V1__MODEL_STATE__MODEL_STATE_RESIDENT);
     stop();
 }
@@ -606,7 +618,7 @@ START_TEST(test_model_replaced_while_a_request_runs) {
     ck_assert_msg(o[0].done, "%s", o[0].message); /* the old mapping served it whole */
     ck_assert_msg(o[1].done, "%s", o[1].message);
     ck_assert_str_eq(o[1].text, want);
-    ck_assert(log_has("model file changed on disk"));
+    wait_for_log("model file changed on disk");
     ck_assert(!log_has("model broken"));
     stop();
 }
@@ -674,15 +686,6 @@ static void unload_m(void) {
     raw_close(&r);
 }
 
-/* Wait (bounded) until the io actor has written or dropped m's session: the log says which. */
-static void wait_for_log(const char *needle) {
-    const long long deadline = now_ms() + FINAL_TIMEOUT_MS;
-    while (!log_has(needle)) {
-        ck_assert_msg(now_ms() < deadline, "the log never said '%s'", needle);
-        usleep(10000);
-    }
-}
-
 /* Session images that cannot be written (a full disk on write, an I/O error on fsync): the state
  * is dropped with a warning, no temporary is left, and the conversation goes on — recomputed
  * from its text, with the same answer. */
@@ -697,7 +700,7 @@ static void check_swap_write_fails(const char *faults) {
 
     unload_m(); /* the session's cache is written out: the write fails */
     wait_for_log("session state dropped: it could not be swapped out");
-    ck_assert(log_has("faultinj:"));
+    wait_for_log("faultinj:");
     ck_assert_int_eq(temporaries_in(in_work("swap")), 0);
     ck_assert_int_eq(count_in_dir(in_work("swap"), "session-", NULL, 0), 0);
 
@@ -734,8 +737,8 @@ static void check_cache_write_fails(const char *faults) {
 
     start(config(NULL), faults);
     ck_assert_str_eq(text_of(&q), want);
-    ck_assert(log_has("faultinj:"));
-    ck_assert(log_has("cannot keep repacked weights in the cache directory; repacking in memory"));
+    wait_for_log("faultinj:");
+    wait_for_log("cannot keep repacked weights in the cache directory; repacking in memory");
     ck_assert_int_eq(temporaries_in(in_work("cache")), 0);
     ck_assert_int_eq(count_in_dir(in_work("cache"), "repack-m-", NULL, 0), 0);
     const request other = {.model = "other", .max_tokens = 8};
@@ -791,7 +794,7 @@ START_TEST(test_merged_image_write_enospc) {
     ck_assert_int_eq(o.code, CORRAL__V1__ERROR_CODE__IO);
     ck_assert_msg(strstr(o.message, "No space left on device") && strstr(o.message, "lora-"), "%s",
                   o.message);
-    ck_assert(log_has("faultinj:"));
+    wait_for_log("faultinj:");
     ck_assert_int_eq(temporaries_in(in_work("cache")), 0);
     const request other = {.model = "other", .max_tokens = 8};
     text_of(&other);
@@ -850,7 +853,7 @@ START_TEST(test_model_reads_fail) {
 
     start(config(NULL), "call=read,path=*/m.gguf,errno=EIO");
     ck_assert_str_eq(text_of(&q), want);
-    ck_assert(log_has("cannot fingerprint the model file"));
+    wait_for_log("cannot fingerprint the model file");
     stop();
 
     /* The fingerprint's open is the first, the reader's the second: fail both. */
