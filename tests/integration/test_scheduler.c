@@ -250,7 +250,7 @@ static void start_daemon_with(const char *limits, const char *extra) {
 }
 
 #define TEST_LIMITS \
-    "{peer_timeout_ms: 1500, stall_timeout_ms: 1500, queue_per_model: 12, active_per_model: 8}"
+    "{peer_timeout_ms: 5000, stall_timeout_ms: 1500, queue_per_model: 12, active_per_model: 8}"
 
 static void start_daemon(const char *extra) {
     start_daemon_with(TEST_LIMITS, extra);
@@ -266,6 +266,8 @@ static void teardown(void) {
 
 /* ---- priorities ---------------------------------------------------------------------------------
  */
+
+static void serve_streams(raw *r, int n, int *chunks, int want, int ms);
 
 START_TEST(test_realtime_preempts_background) {
     /* "synth" is the slow model: a token step, not message transport, is what the count
@@ -297,23 +299,13 @@ START_TEST(test_realtime_preempts_background) {
                                   .temperature = 1.0f,
                                   .constraint = "(?:[ -~]{1000}){4}"});
     }
-    /* Let every background stream get going (generous waits: a loaded machine under ASan may
-     * take seconds; what the test checks is a count of tokens, not a time). */
-    for (int i = 0; i < N_BG; i++) {
-        Corral__V1__Response *resp = raw_recv_live(&bg[i], 60000);
-        ck_assert_ptr_nonnull(resp);
-        ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
-        corral__v1__response__free_unpacked(resp, NULL);
-    }
-    /* Drain what arrived so far, then send the realtime request and count background chunks
-     * that arrive until its first token. */
-    for (int i = 0; i < N_BG; i++) {
-        Corral__V1__Response *resp;
-        while ((resp = raw_recv(&bg[i], 0))) corral__v1__response__free_unpacked(resp, NULL);
-        /* Alive (the test daemon cancels the requests of clients silent for 1.5 s). */
-        Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
-        send_simple(&bg[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
-    }
+    /* Let every background stream get going, every client pinging meanwhile (generous waits: a
+     * loaded machine under ASan may take seconds; what the test checks is a count of steps, not a
+     * time). What arrived so far is read and dropped. */
+    int started[N_BG] = {0};
+    serve_streams(bg, N_BG, started, 1, 120000);
+    for (int i = 0; i < N_BG; i++)
+        ck_assert_msg(started[i] >= 1, "background stream %d did not start", i);
     send_generate(&rt, 1,
                   &(gen_opts){.model = "synth",
                               .max_tokens = 8,
@@ -322,7 +314,7 @@ START_TEST(test_realtime_preempts_background) {
                               .priority = CORRAL__V1__PRIORITY__PRIORITY_REALTIME,
                               .has_temperature = true});
     /* Its first chunk, then its Done; the background clients ping meanwhile without reading
-     * (silent past the daemon's 1.5 s peer timeout, their streams would be cancelled: a loaded
+     * (silent past the daemon's 5 s peer timeout, their streams would be cancelled: a loaded
      * machine under the sanitizers can take that long). */
     Corral__V1__Response *first = NULL, *done = NULL;
     long long last_ping = 0;
@@ -376,10 +368,13 @@ END_TEST
 
 /* Serve a set of streaming clients for up to ms: read what they were sent (counting Chunks per
  * client into chunks[], when given) and ping each every 250 ms, as live clients do (the test
- * daemon cancels the requests of clients silent for 1.5 s, which would free their slots). Returns
+ * daemon cancels the requests of clients silent for 5 s, which would free their slots). Returns
  * early once every client has at least `want` chunks. */
 static void serve_streams(raw *r, int n, int *chunks, int want, int ms) {
-    for (int waited = 0; waited < ms; waited += 10) {
+    long long last_ping = 0;
+    for (const long long start = now_ms(); now_ms() - start < ms;) {
+        const bool ping = now_ms() - last_ping >= 250;
+        if (ping) last_ping = now_ms();
         bool all = chunks != NULL;
         for (int i = 0; i < n; i++) {
             Corral__V1__Response *resp;
@@ -387,9 +382,9 @@ static void serve_streams(raw *r, int n, int *chunks, int want, int ms) {
                 if (chunks && resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK) chunks[i]++;
                 corral__v1__response__free_unpacked(resp, NULL);
             }
-            if (waited % 250 == 0) {
-                Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
-                send_simple(&r[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &ping);
+            if (ping) {
+                Corral__V1__Ping p = CORRAL__V1__PING__INIT;
+                send_simple(&r[i], 100000, CORRAL__V1__REQUEST__BODY_PING, &p);
             }
             all = all && chunks[i] >= want;
         }
