@@ -382,21 +382,22 @@ static bool object_declared(js_ctx *j, const json_t *props, const json_t *requir
         ws(out, level);
         regex__text_puts(out, "\\}");
     } else if (ok) {
-        /* No member is required: the first one present decides where the commas go. */
+        /* No member is required: any ordered subset. P(k), the non-empty subsets of the first k
+         * members, is P(k-1) optionally followed by member k, or member k alone; written nested
+         * so that each member appears twice (the flat "which one comes first" form repeats the
+         * members after it for every choice: quadratic). */
         regex__text_puts(out, "(?:\\{\\}|\\{");
         ws(out, level + 1);
-        regex__text_puts(out, "(?:");
-        for (size_t k = 0; k < n; k++) {
-            if (k) regex__text_puts(out, "|");
+        for (size_t k = 1; k < n; k++) regex__text_puts(out, "(?:");
+        regex__text_put(out, members[0].data, members[0].len);
+        for (size_t k = 1; k < n; k++) {
+            regex__text_puts(out, "(?:,");
+            ws(out, level + 1);
             regex__text_put(out, members[k].data, members[k].len);
-            for (size_t m = k + 1; m < n; m++) {
-                regex__text_puts(out, "(?:,");
-                ws(out, level + 1);
-                regex__text_put(out, members[m].data, members[m].len);
-                regex__text_puts(out, ")?");
-            }
+            regex__text_puts(out, ")?|");
+            regex__text_put(out, members[k].data, members[k].len);
+            regex__text_puts(out, ")");
         }
-        regex__text_puts(out, ")");
         ws(out, level);
         regex__text_puts(out, "\\})");
     }
@@ -454,7 +455,7 @@ static bool emit_object(js_ctx *j, const json_t *s, int level) {
         }
     } else {
         value = (regex_text){.limit = JSON_SCHEMA_MAX_REGEX};
-        any_value(j, &value, level + 1, JSON_SCHEMA_ANY_DEPTH - 1);
+        any_value(j, &value, level + 1, JSON_SCHEMA_ANY_DEPTH);
     }
     map_of(j->out, &value, level);
     free(value.data);
@@ -485,7 +486,7 @@ static bool emit_array(js_ctx *j, const json_t *s, int level) {
                 return false;
             }
         } else {
-            any_value(j, &item, level + 1, JSON_SCHEMA_ANY_DEPTH - 1);
+            any_value(j, &item, level + 1, JSON_SCHEMA_ANY_DEPTH);
         }
     }
     array_of(j->out, &item, level, min, max);
@@ -883,6 +884,8 @@ static bool emit(js_ctx *j, const json_t *s, int level) {
         /* the error is recorded */
     } else if (json_object_get(s, "enum") || json_object_get(s, "const")) {
         ok = emit_enum(j, s, json_object_get(s, "type") ? types : T_ALL);
+    } else if (types == T_ALL && !json_object_get(s, "type")) { /* nothing said: as `true` */
+        ok = any_value(j, j->out, level, JSON_SCHEMA_ANY_DEPTH);
     } else {
         if ((types & T_NUMBER) && (types & T_INTEGER)) types &= ~(unsigned)T_INTEGER;
         int n = 0;
@@ -930,8 +933,13 @@ static bool emit(js_ctx *j, const json_t *s, int level) {
 static bool is_json_object_mode(const json_t *doc) {
     const json_t *t = json_object_get(doc, "type");
     if (!json_is_string(t) || strcmp(json_string_value(t), "json_object") != 0) return false;
-    static const char *const allowed[] = {"type", NULL};
-    return other_keyword(doc, allowed) == NULL;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)doc, key, v) {
+        const struct keyword *kw = find_keyword(key);
+        if (kw && kw->role != KW_ANNOTATION && strcmp(key, "type") != 0) return false;
+    }
+    return true;
 }
 
 corral_status json_schema_to_regex(const char *schema, size_t len, char **regex, size_t *regex_len,
@@ -957,7 +965,7 @@ corral_status json_schema_to_regex(const char *schema, size_t len, char **regex,
     bool ok;
     if (json_is_object(doc) && is_json_object_mode(doc)) {
         regex_text value = {.limit = JSON_SCHEMA_MAX_REGEX};
-        any_value(&j, &value, 1, JSON_SCHEMA_ANY_DEPTH - 1);
+        any_value(&j, &value, 1, JSON_SCHEMA_ANY_DEPTH);
         if (value.status != CORRAL_OK) out.status = value.status;
         map_of(&out, &value, 0);
         free(value.data);

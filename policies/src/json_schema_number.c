@@ -359,10 +359,8 @@ static bool read_side(js_ctx *j, const json_t *s, bool lower, bool integer, boun
 }
 
 bool js__any_number(regex_text *out) {
-    return regex__text_printf(out,
-                              "-?(?:0|[1-9][0-9]{0,%d})(?:\\.[0-9]{0,%d}[1-9])?"
-                              "(?:[eE][+\\-]?[1-9][0-9]?)?",
-                              JSON_SCHEMA_MAX_DIGITS - 1, JSON_SCHEMA_MAX_DIGITS - 1);
+    return regex__text_puts(out,
+                            "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]*[1-9])?(?:[eE][+\\-]?[1-9][0-9]?)?");
 }
 
 bool js__number(js_ctx *j, const json_t *s, bool integer) {
@@ -370,7 +368,7 @@ bool js__number(js_ctx *j, const json_t *s, bool integer) {
     if (!read_side(j, s, true, integer, &lo) || !read_side(j, s, false, integer, &hi)) return false;
     if (!lo.set && !hi.set) {
         if (!integer) return js__any_number(j->out);
-        return regex__text_printf(j->out, "(?:0|-?[1-9][0-9]{0,%d})", JSON_SCHEMA_MAX_DIGITS - 1);
+        return regex__text_puts(j->out, "(?:0|-?[1-9][0-9]*)");
     }
     const char *what = integer ? "integer" : "number";
     if (lo.set && hi.set) {

@@ -486,9 +486,13 @@ static int32_t parse_group(parser *p, int depth) {
                         left >= 2 ? s + 1 : "");
         }
     }
-    if (depth + 1 > REGEX_MAX_DEPTH)
+    if (!(p->flags & REGEX_GENERATED) && depth + 1 > REGEX_MAX_DEPTH)
         return perr(p, CORRAL_RESOURCE_EXHAUSTED, open,
                     "groups nested deeper than %d (limit REGEX_MAX_DEPTH)", REGEX_MAX_DEPTH);
+    if (depth + 1 > REGEX_MAX_GENERATED_DEPTH)
+        return perr(p, CORRAL_RESOURCE_EXHAUSTED, open,
+                    "groups nested deeper than %d (limit REGEX_MAX_GENERATED_DEPTH)",
+                    REGEX_MAX_GENERATED_DEPTH);
     int32_t inner = parse_alt(p, depth + 1);
     if (inner < 0) return -1;
     if (!at(p, ')')) return perr(p, CORRAL_INVALID_ARGUMENT, open, "missing ')' for this group");

@@ -46,6 +46,9 @@
  *   REGEX_MAX_REPEAT        one count of {m,n}: each count is a copy of its atom; 1000 covers
  *                           `[A-Za-z ]{1,200}`-like fields with room.
  *   REGEX_MAX_DEPTH         nesting of groups: bounds the parser's recursion, not the work.
+ *   REGEX_MAX_GENERATED_DEPTH  the same for REGEX_GENERATED: a JSON schema's object of n optional
+ *                           properties nests n groups (json_schema.c); each level costs the
+ *                           parser and the NFA builder a few hundred bytes of stack.
  *   REGEX_MAX_NFA_STATES    the Thompson NFA once {m,n} are expanded into copies. A repetition
  *   REGEX_MAX_NFA_EDGES     builds its body once and checks all its copies against these before
  *                           making any, so `((a{100}){100}){100}` fails at the outer {100} with
@@ -69,6 +72,7 @@
 #define REGEX_MAX_GENERATED_PATTERN (256u << 10) /* bytes of a REGEX_GENERATED pattern */
 #define REGEX_MAX_REPEAT        1000          /* largest m or n in {m,n} */
 #define REGEX_MAX_DEPTH         128           /* nesting of groups */
+#define REGEX_MAX_GENERATED_DEPTH 512         /* nesting of groups, REGEX_GENERATED */
 #define REGEX_MAX_NFA_STATES    200000        /* after repetitions are expanded */
 #define REGEX_MAX_NFA_EDGES     800000        /* likewise */
 #define REGEX_MAX_DFA_STATES    10000         /* before minimisation */
@@ -84,7 +88,8 @@ enum {
     REGEX_SEARCH = 1u << 1,   /* accept any bytes before the pattern: the DFA reaches an accepting
                                  state at the end of the first match found anywhere */
     REGEX_GENERATED = 1u << 2, /* written by corral from a smaller source (a JSON schema): up to
-                                  REGEX_MAX_GENERATED_PATTERN bytes; every other limit applies */
+                                  REGEX_MAX_GENERATED_PATTERN bytes and REGEX_MAX_GENERATED_DEPTH
+                                  nested groups; every other limit applies */
 };
 
 typedef struct regex_dfa {

@@ -43,8 +43,11 @@
  *                   language of a recursive schema is not regular.
  *   nullable        (OpenAPI 3.0) true adds null to the types.
  *   {"type": "json_object"}  (the whole schema; OpenAI's response_format json_object): any JSON
- *                   object, containers nested at most JSON_SCHEMA_ANY_DEPTH deep. `true`, `{}` and
- *                   a subschema without type keywords are any JSON value within the same depth.
+ *                   object. Values a schema leaves open (`true`, `{}`, a subschema without type
+ *                   keywords, an object's values without additionalProperties schema, an array's
+ *                   items without `items`, json_object's values) are any JSON value whose
+ *                   containers nest at most JSON_SCHEMA_ANY_DEPTH deep (so json_object's output
+ *                   nests at most 3 deep): the pattern of an open value grows 4-fold per level.
  * Ignored: annotations (title, description, default, examples, $comment, $schema, $id at the root,
  * deprecated, readOnly, writeOnly, content*, $defs/definitions themselves), uniqueItems false, and
  * keywords JSON Schema does not define (vendor extensions: the standard says to ignore them).
@@ -79,8 +82,8 @@
  *
  * Numbers. Integers are written without sign for >= 0 and without leading zeros; numbers
  * additionally with an optional fraction that does not end in 0 (`1.5`, not `1.50`). Without
- * bounds: at most JSON_SCHEMA_MAX_DIGITS digits before the point and as many after, and a number
- * (not an integer) may have an exponent e[+-]N (N 1-99). With any bound, no exponent, and at most
+ * bounds: any number of digits, and a number (not an integer) may have an exponent e[+-]N
+ * (N 1-99, so that it stays a finite double). With any bound, no exponent, and at most
  * JSON_SCHEMA_MAX_DIGITS significant digits in all: then every value the pattern admits is a
  * different double and compares with the bounds as a validator comparing doubles sees it. Bounds
  * are expressed exactly (a digit-by-digit range, e.g. minimum 0.5 exclusiveMaximum 12 for a
@@ -111,7 +114,7 @@
 #define JSON_SCHEMA_MAX_COUNT  1000         /* minLength, maxLength, minItems, maxItems */
 #define JSON_SCHEMA_MAX_REGEX  (256u << 10) /* the pattern written */
 #define JSON_SCHEMA_MAX_ONEOF  16           /* branches of a oneOf (checked pairwise) */
-#define JSON_SCHEMA_ANY_DEPTH  3            /* containers nested in "any JSON value" */
+#define JSON_SCHEMA_ANY_DEPTH  2            /* containers nested in a value left open */
 #define JSON_SCHEMA_MAX_DIGITS 15           /* see "Numbers" above */
 #define JSON_SCHEMA_INDENT     4            /* spaces per level after a newline, at most */
 #define JSON_SCHEMA_MAX_INDENT 32           /* spaces after a newline, at most */
