@@ -55,6 +55,10 @@
  *                           nothing allocated for it. Typical patterns need a few thousand.
  *   REGEX_MAX_DFA_STATES    states made by the subset construction (before minimisation): bounds
  *                           the table, and with it the later stages. `(a|b)*a(a|b){20}` needs 2^21.
+ *   REGEX_MAX_GENERATED_DFA_STATES  the same for REGEX_GENERATED: a schema's counts multiply (an
+ *                           array of 3 objects with two strings of at most 30 characters is
+ *                           3 x 2 x 30 copies of a JSON character's ~20 states); the work and
+ *                           bytes limits still hold such a compile to some 50 ms and 32 MiB.
  *   REGEX_MAX_COMPILE_WORK  steps, a deterministic stand-in for time: the NFA states and epsilon
  *                           edges the closures visit, the states they sort, the (edge, byte class)
  *                           pairs of the transitions, and the table cells the later stages read
@@ -76,6 +80,7 @@
 #define REGEX_MAX_NFA_STATES    200000        /* after repetitions are expanded */
 #define REGEX_MAX_NFA_EDGES     800000        /* likewise */
 #define REGEX_MAX_DFA_STATES    10000         /* before minimisation */
+#define REGEX_MAX_GENERATED_DFA_STATES 40000  /* before minimisation, REGEX_GENERATED */
 #define REGEX_MAX_COMPILE_WORK  20000000ull   /* steps */
 #define REGEX_MAX_COMPILE_BYTES (32ull << 20) /* held at once */
 
@@ -88,8 +93,9 @@ enum {
     REGEX_SEARCH = 1u << 1,   /* accept any bytes before the pattern: the DFA reaches an accepting
                                  state at the end of the first match found anywhere */
     REGEX_GENERATED = 1u << 2, /* written by corral from a smaller source (a JSON schema): up to
-                                  REGEX_MAX_GENERATED_PATTERN bytes and REGEX_MAX_GENERATED_DEPTH
-                                  nested groups; every other limit applies */
+                                  REGEX_MAX_GENERATED_PATTERN bytes, REGEX_MAX_GENERATED_DEPTH
+                                  nested groups, REGEX_MAX_GENERATED_DFA_STATES; every other
+                                  limit applies */
 };
 
 typedef struct regex_dfa {

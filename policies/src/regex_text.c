@@ -51,7 +51,7 @@ bool regex__text_printf(regex_text *t, const char *fmt, ...) {
 
 bool regex__text_put_cp(regex_text *t, uint32_t cp) {
     if ((cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ||
-        cp == ' ') {
+        cp == ' ' || cp == '_') { /* (\_ would be an unknown escape) */
         const char c = (char)cp;
         return regex__text_put(t, &c, 1);
     }
