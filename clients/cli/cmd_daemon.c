@@ -599,6 +599,7 @@ enum {
     OPT_SESSION,
     OPT_DEADLINE,
     OPT_REGEX,
+    OPT_JSON_SCHEMA,
     OPT_SANITIZER,
     OPT_TEMPLATE,
     OPT_NO_STREAM,
@@ -617,6 +618,7 @@ enum {
         {"session", required_argument, NULL, OPT_SESSION},                                        \
         {"deadline", required_argument, NULL, OPT_DEADLINE},                                      \
         {"regex", required_argument, NULL, OPT_REGEX},                                            \
+        {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},                                \
         {"sanitizer", required_argument, NULL, OPT_SANITIZER},                                    \
         {"template", required_argument, NULL, OPT_TEMPLATE}, {                                    \
         "stats", no_argument, NULL, OPT_STATS                                                     \
@@ -635,15 +637,20 @@ static const char gen_options_help[] =
     "      --session ID        keep the conversation's state in the daemon under this id\n"
     "      --deadline MS       give up after this many milliseconds\n"
     "      --regex R           the whole output must match this regular expression\n"
+    "      --json-schema FILE  the output is a JSON document this JSON Schema validates\n"
+    "                          (FILE holds the schema; - reads it from stdin)\n"
     "      --sanitizer P       apply this sanitizer profile to the input\n"
     "      --template NAME     chat template instead of the model's (chatml, llama3, ...)\n"
     "      --stats             print token counts and timings to stderr at the end\n";
 
-/* Generation options parsed from the command line; the strings point into argv. */
+/* Generation options parsed from the command line; the strings point into argv, but for the
+ * schema, read from schema_path by gen_options_load (free it with gen_options_release). */
 typedef struct gen_options {
     corral_generate_params params;
     const char *stops[DAEMON_STOP_MAX];
     bool stats;
+    const char *schema_path;
+    char *schema; /* owned */
 } gen_options;
 
 static int parse_u64(const char *text, uint64_t *out) {
@@ -716,6 +723,9 @@ static int gen_option(const char *cmd, int opt, gen_options *o) {
             return 1;
         case OPT_REGEX:
             p->constraint = optarg;
+            return 1;
+        case OPT_JSON_SCHEMA:
+            o->schema_path = optarg;
             return 1;
         case OPT_SANITIZER:
             p->sanitizer = optarg;
@@ -849,6 +859,42 @@ static char *read_all_stdin(void) {
     return b.data;
 }
 
+/* Read --json-schema's file (after every option is known good, so nothing leaks on a usage
+ * error). 0, or 1 after a message. */
+static int gen_options_load(const char *cmd, gen_options *o) {
+    if (!o->schema_path) return 0;
+    if (strcmp(o->schema_path, "-") == 0) {
+        o->schema = read_all_stdin();
+        if (!o->schema) return cli_fail(cmd, "--json-schema: reading stdin failed");
+    } else {
+        FILE *f = fopen(o->schema_path, "rb");
+        if (!f) return cli_fail(cmd, "--json-schema: %s: %s", o->schema_path, strerror(errno));
+        text_buf b = {0};
+        char chunk[4096];
+        size_t n;
+        int bad = 0;
+        while (!bad && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+            bad = text_buf_append(&b, chunk, n) != 0;
+        bad = bad || ferror(f);
+        fclose(f);
+        if (bad) {
+            free(b.data);
+            return cli_fail(cmd, "--json-schema: reading %s failed", o->schema_path);
+        }
+        o->schema = b.data ? b.data : calloc(1, 1);
+        if (!o->schema) return cli_fail(cmd, "out of memory");
+    }
+    if (!o->schema[0]) return cli_fail(cmd, "--json-schema: %s is empty", o->schema_path);
+    o->params.json_schema = o->schema;
+    return 0;
+}
+
+static void gen_options_release(gen_options *o) {
+    free(o->schema);
+    o->schema = NULL;
+    o->params.json_schema = NULL;
+}
+
 /* ---- run --------------------------------------------------------------------------------- */
 
 static void run_usage(FILE *out) {
@@ -895,9 +941,16 @@ int cmd_run(int argc, char **argv) {
     }
     o.params.model = argv[optind];
     char *owned_prompt = NULL;
+    if (o.schema_path && !strcmp(o.schema_path, "-") &&
+        (positional == 1 || !strcmp(argv[optind + 1], "-")))
+        return cli_fail("run", "--json-schema - and the prompt cannot both come from stdin");
+    if (gen_options_load("run", &o)) return 1;
     if (positional == 1 || strcmp(argv[optind + 1], "-") == 0) {
         owned_prompt = read_all_stdin();
-        if (!owned_prompt) return cli_fail("run", "reading the prompt from stdin failed");
+        if (!owned_prompt) {
+            gen_options_release(&o);
+            return cli_fail("run", "reading the prompt from stdin failed");
+        }
         o.params.prompt = owned_prompt;
     } else {
         o.params.prompt = argv[optind + 1];
@@ -905,6 +958,7 @@ int cmd_run(int argc, char **argv) {
     corral_client *c = daemon_connect("run");
     if (!c) {
         free(owned_prompt);
+        gen_options_release(&o);
         return 1;
     }
     install_sigint();
@@ -912,6 +966,7 @@ int cmd_run(int argc, char **argv) {
     int rc = stream_generation("run", c, &o.params, NULL, &done);
     corral_client_destroy(&c);
     free(owned_prompt);
+    gen_options_release(&o);
     if (rc == 0 || rc == 130) {
         if (isatty(STDOUT_FILENO)) putchar('\n');
         if (o.stats) print_stats(&done);
@@ -1017,8 +1072,14 @@ int cmd_chat(int argc, char **argv) {
         random_session_id(session, sizeof session);
         o.params.session = session;
     }
+    if (o.schema_path && !strcmp(o.schema_path, "-"))
+        return cli_fail("chat", "--json-schema -: chat reads its messages from stdin; name a file");
+    if (gen_options_load("chat", &o)) return 1;
     corral_client *c = daemon_connect("chat");
-    if (!c) return 1;
+    if (!c) {
+        gen_options_release(&o);
+        return 1;
+    }
     install_sigint();
 
     chat_history h = {0};
@@ -1082,5 +1143,6 @@ int cmd_chat(int argc, char **argv) {
     free(line);
     chat_history_free(&h);
     corral_client_destroy(&c);
+    gen_options_release(&o);
     return rc == 0 && turn_failed ? 1 : rc;
 }
