@@ -359,8 +359,13 @@ static bool read_side(js_ctx *j, const json_t *s, bool lower, bool integer, boun
 }
 
 bool js__any_number(regex_text *out) {
-    return regex__text_puts(out,
-                            "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]*[1-9])?(?:[eE][+\\-]?[1-9][0-9]?)?");
+    /* At most JSON_SCHEMA_MAX_DIGITS digits on each side of the point (and an exponent up to 99):
+     * every value is a finite double, and integers stay exact in one (and in int64), so that
+     * consumers with fixed-size numbers read what was written. */
+    return regex__text_printf(out,
+                              "-?(?:0|[1-9][0-9]{0,%d})(?:\\.[0-9]{0,%d}[1-9])?"
+                              "(?:[eE][+\\-]?[1-9][0-9]?)?",
+                              JSON_SCHEMA_MAX_DIGITS - 1, JSON_SCHEMA_MAX_DIGITS - 1);
 }
 
 bool js__number(js_ctx *j, const json_t *s, bool integer) {
@@ -368,7 +373,7 @@ bool js__number(js_ctx *j, const json_t *s, bool integer) {
     if (!read_side(j, s, true, integer, &lo) || !read_side(j, s, false, integer, &hi)) return false;
     if (!lo.set && !hi.set) {
         if (!integer) return js__any_number(j->out);
-        return regex__text_puts(j->out, "(?:0|-?[1-9][0-9]*)");
+        return regex__text_printf(j->out, "(?:0|-?[1-9][0-9]{0,%d})", JSON_SCHEMA_MAX_DIGITS - 1);
     }
     const char *what = integer ? "integer" : "number";
     if (lo.set && hi.set) {

@@ -82,8 +82,10 @@
  *
  * Numbers. Integers are written without sign for >= 0 and without leading zeros; numbers
  * additionally with an optional fraction that does not end in 0 (`1.5`, not `1.50`). Without
- * bounds: any number of digits, and a number (not an integer) may have an exponent e[+-]N
- * (N 1-99, so that it stays a finite double). With any bound, no exponent, and at most
+ * bounds: at most JSON_SCHEMA_MAX_DIGITS digits before the point and as many after, and a number
+ * (not an integer) may have an exponent e[+-]N (N 1-99): every value is a finite double and every
+ * integer exact in one (and in int64), so consumers with fixed-size numbers (JavaScript, jansson)
+ * read what was written. With any bound, no exponent, and at most
  * JSON_SCHEMA_MAX_DIGITS significant digits in all: then every value the pattern admits is a
  * different double and compares with the bounds as a validator comparing doubles sees it. Bounds
  * are expressed exactly (a digit-by-digit range, e.g. minimum 0.5 exclusiveMaximum 12 for a
