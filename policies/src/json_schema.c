@@ -501,7 +501,8 @@ static bool emit_array(js_ctx *j, const json_t *s, int level) {
  * found gives a shortest common string, which the message shows.
  */
 
-#define ONEOF_MAX_PAIRS (1u << 20) /* product states searched */
+#define ONEOF_MAX_PAIRS   (1u << 20)   /* product states searched */
+#define ONEOF_MAX_PRODUCT (1ull << 24) /* states of the two DFAs multiplied (a 2 MiB bitmap) */
 
 typedef struct pair_node {
     int32_t a, b;
@@ -522,9 +523,10 @@ static int dfa_overlap(const regex_dfa *a, const regex_dfa *b, char *witness, si
         if (!seen) reps[n_reps++] = (uint8_t)x;
     }
     const uint64_t n_pairs = (uint64_t)a->n_states * b->n_states;
-    if (n_pairs > 64ull * ONEOF_MAX_PAIRS) return -1;
+    if (n_pairs > ONEOF_MAX_PRODUCT) return -1;
     uint8_t *seen = calloc((size_t)(n_pairs + 7) / 8, 1);
-    pair_node *q = malloc(ONEOF_MAX_PAIRS * sizeof *q);
+    uint32_t qcap = 1024;
+    pair_node *q = malloc(qcap * sizeof *q);
     int result = -1;
     if (!seen || !q) goto done;
     uint32_t head = 0, tail = 0;
@@ -569,6 +571,15 @@ static int dfa_overlap(const regex_dfa *a, const regex_dfa *b, char *witness, si
             if (tail == ONEOF_MAX_PAIRS) {
                 result = -1;
                 goto done;
+            }
+            if (tail == qcap) {
+                pair_node *bigger = realloc(q, 2 * (size_t)qcap * sizeof *q);
+                if (!bigger) {
+                    result = -1;
+                    goto done;
+                }
+                q = bigger;
+                qcap *= 2;
             }
             seen[id / 8] |= (uint8_t)(1u << (id % 8));
             q[tail++] = (pair_node){na, nb, at, reps[r]};
