@@ -202,6 +202,27 @@ def test_streamed_and_cli_output_agree(daemon, tmp_path):
     assert "#/properties/n/multipleOf: multipleOf is not supported" in proc.stderr
 
 
+def test_run_local_json_schema():
+    # The engine's local tool compiles the same schema the same way (no daemon involved).
+    path = os.path.join(SCHEMA_DIR, "order.json")
+    proc = subprocess.run(
+        [corral_path(), "run-local", shared_path("models/synth-llama-q8_0.gguf"), "-p", PROMPT,
+         "--temp", "0", "-n", str(MAX_TOKENS), "--json-schema", path],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "stop: constraint" in proc.stderr or "stop: eog" in proc.stderr, proc.stderr
+    assert proc.stdout.startswith(PROMPT)
+    doc = json.loads(proc.stdout[len(PROMPT):])
+    assert not list(validator(load(path)).iter_errors(doc))
+    proc = subprocess.run(
+        [corral_path(), "run-local", shared_path("models/synth-llama-q8_0.gguf"), "-p", PROMPT,
+         "--regex", "a", "--json-schema", path],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2 and "cannot be used together" in proc.stderr
+
+
 @pytest.mark.parametrize(
     "schema, words",
     [
