@@ -7,8 +7,8 @@
  * becomes an atom that the caller can concatenate and quantify: keywords are looked up in one
  * table that says what each one does (handled, an annotation, or refused with a reason), and the
  * subschema is then, in this order, a $ref, an allOf of one, an anyOf/oneOf, an enum/const, or the
- * union of its types. A subschema's pattern that is needed twice (an array's item, a map's value,
- * appear twice in `X(?:,X)*`) is written once into its own text and pasted.
+ * union of its types. Objects, arrays and the layout are in json_schema_container.c, strings in
+ * json_schema_string.c, numbers in json_schema_number.c.
  *
  * Where the walk is, as a JSON pointer, is kept for messages; a $ref moves it to the target for
  * the time of the expansion. Recursion is found by keeping the subschemas on the current path:
