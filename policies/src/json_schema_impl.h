@@ -2,8 +2,9 @@
  * json_schema_impl.h — private to the JSON Schema compiler: json_schema.c (the walk over the
  * schema: keywords, combinators, $ref, enum, types, errors), json_schema_container.c (objects,
  * arrays, the layout, open values), json_schema_string.c (strings: JSON's string syntax, lengths,
- * formats, pattern) and json_schema_number.c (numbers and integers with their bounds). They share the compile's context, which holds the pattern
- * being written, the JSON pointer of the place being compiled, and the first error.
+ * formats, pattern) and json_schema_number.c (numbers and integers with their bounds). They share
+ * the compile's context, which holds the pattern being written, the JSON pointer of the place being
+ * compiled, and the first error.
  */
 #ifndef CORRAL_POLICIES_JSON_SCHEMA_IMPL_H
 #define CORRAL_POLICIES_JSON_SCHEMA_IMPL_H

@@ -72,26 +72,26 @@
  *                           over most byte values (the widest table a pattern can ask for without
  *                           hitting the other limits) needs about 17 MiB.
  */
-#define REGEX_MAX_PATTERN       8192          /* bytes of pattern */
-#define REGEX_MAX_GENERATED_PATTERN (256u << 10) /* bytes of a REGEX_GENERATED pattern */
-#define REGEX_MAX_REPEAT        1000          /* largest m or n in {m,n} */
-#define REGEX_MAX_DEPTH         128           /* nesting of groups */
-#define REGEX_MAX_GENERATED_DEPTH 512         /* nesting of groups, REGEX_GENERATED */
-#define REGEX_MAX_NFA_STATES    200000        /* after repetitions are expanded */
-#define REGEX_MAX_NFA_EDGES     800000        /* likewise */
-#define REGEX_MAX_DFA_STATES    10000         /* before minimisation */
-#define REGEX_MAX_GENERATED_DFA_STATES 40000  /* before minimisation, REGEX_GENERATED */
-#define REGEX_MAX_COMPILE_WORK  20000000ull   /* steps */
-#define REGEX_MAX_COMPILE_BYTES (32ull << 20) /* held at once */
+#define REGEX_MAX_PATTERN              8192          /* bytes of pattern */
+#define REGEX_MAX_GENERATED_PATTERN    (256u << 10)  /* bytes of a REGEX_GENERATED pattern */
+#define REGEX_MAX_REPEAT               1000          /* largest m or n in {m,n} */
+#define REGEX_MAX_DEPTH                128           /* nesting of groups */
+#define REGEX_MAX_GENERATED_DEPTH      512           /* nesting of groups, REGEX_GENERATED */
+#define REGEX_MAX_NFA_STATES           200000        /* after repetitions are expanded */
+#define REGEX_MAX_NFA_EDGES            800000        /* likewise */
+#define REGEX_MAX_DFA_STATES           10000         /* before minimisation */
+#define REGEX_MAX_GENERATED_DFA_STATES 40000         /* before minimisation, REGEX_GENERATED */
+#define REGEX_MAX_COMPILE_WORK         20000000ull   /* steps */
+#define REGEX_MAX_COMPILE_BYTES        (32ull << 20) /* held at once */
 
 /* A transition to nowhere: the input can no longer match. */
 #define REGEX_DEAD (-1)
 
 /* Compile flags. */
 enum {
-    REGEX_CASELESS = 1u << 0, /* ASCII letters match either case */
-    REGEX_SEARCH = 1u << 1,   /* accept any bytes before the pattern: the DFA reaches an accepting
-                                 state at the end of the first match found anywhere */
+    REGEX_CASELESS = 1u << 0,  /* ASCII letters match either case */
+    REGEX_SEARCH = 1u << 1,    /* accept any bytes before the pattern: the DFA reaches an accepting
+                                  state at the end of the first match found anywhere */
     REGEX_GENERATED = 1u << 2, /* written by corral from a smaller source (a JSON schema): up to
                                   REGEX_MAX_GENERATED_PATTERN bytes, REGEX_MAX_GENERATED_DEPTH
                                   nested groups, REGEX_MAX_GENERATED_DFA_STATES; every other

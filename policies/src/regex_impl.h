@@ -159,8 +159,9 @@ typedef struct node {
     int32_t min, max;
     int32_t set;      /* NODE_SET: index into parser.sets */
     uint32_t at, len; /* where it is in the pattern (NODE_REPEAT: its quantifier) */
-    uint8_t anchors;  /* a top-level NODE_CAT: ANCHOR_START if `^` began it, ANCHOR_END if `$`
-                         ended it (the whole-match compile ignores them; regex__rewrite reads them) */
+    /* A top-level NODE_CAT: ANCHOR_START if `^` began it, ANCHOR_END if `$` ended it (the
+     * whole-match compile ignores them; regex__rewrite reads them). */
+    uint8_t anchors;
 } node;
 
 enum { ANCHOR_START = 1, ANCHOR_END = 2 };
