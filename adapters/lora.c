@@ -22,7 +22,7 @@
 
 #include "corral/log.h"
 #include "corral/tensor.h"
-#include "jsonr.h"
+#include "adapter_json.h"
 #include "lora_impl.h"
 
 /* Longest adapter_config.json read (real ones are about 1 KB). */
@@ -618,8 +618,8 @@ static corral_status pattern_check(const char *config, const char *field, const 
                                    corral_error *err) {
     if (strlen(key) > PATTERN_KEY_MAX) {
         return corral_error_set(err, CORRAL_UNSUPPORTED,
-                                "%s: %s key '%.96s...' is longer than %u bytes", config, field,
-                                key, PATTERN_KEY_MAX);
+                                "%s: %s key '%.96s...' is longer than %u bytes", config, field, key,
+                                PATTERN_KEY_MAX);
     }
     for (size_t i = 0; key[i];) {
         char c = key[i];
@@ -665,12 +665,13 @@ static corral_status pattern_check(const char *config, const char *field, const 
 
 /* The value of the first key of pattern (an object) that matches module, as PEFT takes the first
  * match in key order; *found 0 when none does. */
-static corral_status pattern_lookup(const char *config, const char *field,
-                                    const jsonr_value *pattern, const char *module, double *out,
-                                    int *found, corral_error *err) {
+static corral_status pattern_lookup(const char *config, const char *field, const json_t *pattern,
+                                    const char *module, double *out, int *found,
+                                    corral_error *err) {
     *found = 0;
-    for (size_t i = 0; i < jsonr_count(pattern); i++) {
-        const char *key = jsonr_key_at(pattern, i, NULL);
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)pattern, key, value) {
         pattern_run run = {0};
         bool m = pattern_match(key, module, &run);
         if (run.too_complex) {
@@ -679,7 +680,7 @@ static corral_status pattern_lookup(const char *config, const char *field,
                                     key);
         }
         if (m) {
-            jsonr_get_f64(jsonr_at(pattern, i), out);
+            adapter_json_f64(value, out);
             *found = 1;
             return CORRAL_OK;
         }
@@ -691,12 +692,12 @@ static corral_status pattern_lookup(const char *config, const char *field,
  */
 
 typedef struct peft_config {
-    jsonr_doc *doc;
+    json_t *doc;
     uint64_t r;
     double alpha;
     bool rslora;
-    const jsonr_value *rank_pattern, *alpha_pattern; /* objects or NULL */
-    const char *base_model;                          /* base_model_name_or_path or NULL */
+    const json_t *rank_pattern, *alpha_pattern; /* objects or NULL */
+    const char *base_model;                     /* base_model_name_or_path or NULL */
 } peft_config;
 
 static char *read_small_file(const char *path, size_t max, size_t *len, corral_error *err) {
@@ -729,16 +730,17 @@ static char *read_small_file(const char *path, size_t max, size_t *len, corral_e
 }
 
 /* A config field that must be absent, null, false, empty, or equal to `ok_string`. */
-static bool field_is_off(const jsonr_value *v, const char *ok_string) {
-    switch (jsonr_value_kind(v)) {
-        case JSONR_NULL:
-        case JSONR_FALSE:
+static bool field_is_off(const json_t *v, const char *ok_string) {
+    switch (json_typeof(v)) {
+        case JSON_NULL:
+        case JSON_FALSE:
             return true;
-        case JSONR_ARRAY:
-        case JSONR_OBJECT:
-            return jsonr_count(v) == 0;
-        case JSONR_STRING: {
-            const char *s = jsonr_str(v, NULL);
+        case JSON_ARRAY:
+            return json_array_size(v) == 0;
+        case JSON_OBJECT:
+            return json_object_size(v) == 0;
+        case JSON_STRING: {
+            const char *s = json_string_value(v);
             return ok_string ? strcmp(s, ok_string) == 0 : s[0] == '\0';
         }
         default:
@@ -775,16 +777,16 @@ static corral_status peft_config_read(const char *path, peft_config *c, corral_e
     size_t len;
     char *text = read_small_file(path, LORA_CONFIG_MAX, &len, err);
     if (!text) return err ? err->status : CORRAL_IO;
-    c->doc = jsonr_parse(text, len, path, err);
+    c->doc = adapter_json_parse(text, len, path, err);
     free(text);
     if (!c->doc) return err ? err->status : CORRAL_FORMAT;
-    const jsonr_value *root = jsonr_root(c->doc);
-    if (jsonr_value_kind(root) != JSONR_OBJECT) {
+    const json_t *root = c->doc;
+    if (!json_is_object(root)) {
         return corral_error_set(err, CORRAL_FORMAT, "%s: not a JSON object", path);
     }
-    const jsonr_value *v = jsonr_get(root, "peft_type");
-    if (v && jsonr_value_kind(v) != JSONR_NULL) {
-        const char *type = jsonr_str(v, NULL);
+    const json_t *v = json_object_get(root, "peft_type");
+    if (v && !json_is_null(v)) {
+        const char *type = json_string_value(v);
         if (!type)
             return corral_error_set(err, CORRAL_FORMAT, "%s: peft_type is not a string", path);
         if (strcmp(type, "LORA") != 0) {
@@ -795,14 +797,14 @@ static corral_status peft_config_read(const char *path, peft_config *c, corral_e
     }
     for (size_t i = 0; i < sizeof peft_refusals / sizeof peft_refusals[0]; i++) {
         const peft_refusal *r = &peft_refusals[i];
-        v = jsonr_get(root, r->field);
+        v = json_object_get(root, r->field);
         if (v && !field_is_off(v, r->ok_string)) {
             return corral_error_set(err, CORRAL_UNSUPPORTED, "%s: %s", path, r->what);
         }
     }
-    v = jsonr_get(root, "init_lora_weights");
-    if (jsonr_value_kind(v) == JSONR_STRING) {
-        const char *init = jsonr_str(v, NULL);
+    v = json_object_get(root, "init_lora_weights");
+    if (json_is_string(v)) {
+        const char *init = json_string_value(v);
         static const char *const rewrites[] = {"pissa", "olora", "corda", "loftq"};
         for (size_t i = 0; i < 4; i++) {
             if (strncasecmp(init, rewrites[i], strlen(rewrites[i])) == 0) {
@@ -814,35 +816,36 @@ static corral_status peft_config_read(const char *path, peft_config *c, corral_e
             }
         }
     }
-    if (jsonr_get_u64(jsonr_get(root, "r"), &c->r) != 0 || c->r < 1 || c->r > LORA_RANK_MAX) {
+    if (adapter_json_u64(json_object_get(root, "r"), &c->r) != 0 || c->r < 1 ||
+        c->r > LORA_RANK_MAX) {
         return corral_error_set(err, CORRAL_FORMAT, "%s: r must be an integer in 1..%u", path,
                                 LORA_RANK_MAX);
     }
-    v = jsonr_get(root, "lora_alpha");
+    v = json_object_get(root, "lora_alpha");
     c->alpha = 8.0; /* PEFT's default */
-    if (v && jsonr_get_f64(v, &c->alpha) != 0) {
+    if (v && adapter_json_f64(v, &c->alpha) != 0) {
         return corral_error_set(err, CORRAL_FORMAT, "%s: lora_alpha is not a number", path);
     }
-    v = jsonr_get(root, "use_rslora");
-    if (v && jsonr_value_kind(v) != JSONR_TRUE && jsonr_value_kind(v) != JSONR_FALSE) {
+    v = json_object_get(root, "use_rslora");
+    if (v && !json_is_boolean(v)) {
         return corral_error_set(err, CORRAL_FORMAT, "%s: use_rslora is not true or false", path);
     }
-    c->rslora = jsonr_value_kind(v) == JSONR_TRUE;
+    c->rslora = json_is_true(v);
     const char *fields[] = {"rank_pattern", "alpha_pattern"};
-    const jsonr_value **dst[] = {&c->rank_pattern, &c->alpha_pattern};
+    const json_t **dst[] = {&c->rank_pattern, &c->alpha_pattern};
     for (int f = 0; f < 2; f++) {
-        v = jsonr_get(root, fields[f]);
-        if (!v || jsonr_value_kind(v) == JSONR_NULL) continue;
-        if (jsonr_value_kind(v) != JSONR_OBJECT) {
+        v = json_object_get(root, fields[f]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_object(v)) {
             return corral_error_set(err, CORRAL_FORMAT, "%s: %s is not an object", path, fields[f]);
         }
-        for (size_t i = 0; i < jsonr_count(v); i++) {
-            const char *key = jsonr_key_at(v, i, NULL);
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)v, key, value) {
             double x;
             uint64_t u;
-            bool ok = f == 0
-                          ? jsonr_get_u64(jsonr_at(v, i), &u) == 0 && u >= 1 && u <= LORA_RANK_MAX
-                          : jsonr_get_f64(jsonr_at(v, i), &x) == 0;
+            bool ok = f == 0 ? adapter_json_u64(value, &u) == 0 && u >= 1 && u <= LORA_RANK_MAX
+                             : adapter_json_f64(value, &x) == 0;
             if (!ok) {
                 return corral_error_set(err, CORRAL_FORMAT, "%s: %s['%.96s'] is not %s", path,
                                         fields[f], key,
@@ -853,19 +856,18 @@ static corral_status peft_config_read(const char *path, peft_config *c, corral_e
         }
         *dst[f] = v;
     }
-    v = jsonr_get(root, "target_modules");
-    jsonr_kind tk = jsonr_value_kind(v);
-    if (v && tk != JSONR_NULL && tk != JSONR_STRING && tk != JSONR_ARRAY) {
+    v = json_object_get(root, "target_modules");
+    if (v && !json_is_null(v) && !json_is_string(v) && !json_is_array(v)) {
         return corral_error_set(err, CORRAL_FORMAT,
                                 "%s: target_modules is neither a list nor a string", path);
     }
-    for (size_t i = 0; tk == JSONR_ARRAY && i < jsonr_count(v); i++) {
-        if (jsonr_value_kind(jsonr_at(v, i)) != JSONR_STRING) {
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        if (!json_is_string(json_array_get(v, i))) {
             return corral_error_set(err, CORRAL_FORMAT, "%s: target_modules[%zu] is not a string",
                                     path, i);
         }
     }
-    c->base_model = jsonr_str(jsonr_get(root, "base_model_name_or_path"), NULL);
+    c->base_model = json_string_value(json_object_get(root, "base_model_name_or_path"));
     return CORRAL_OK;
 }
 
@@ -902,9 +904,9 @@ static corral_status peft_check_base_config(const char *adapter, const char *dir
         corral_error e2;
         char *text = read_small_file(candidates[i], LORA_CONFIG_MAX, &len, &e2);
         if (!text) return CORRAL_OK; /* unreadable: the check is a courtesy, not a requirement */
-        jsonr_doc *doc = jsonr_parse(text, len, candidates[i], &e2);
+        json_t *doc = adapter_json_parse(text, len, candidates[i], &e2);
         free(text);
-        const char *mt = jsonr_str(jsonr_get(jsonr_root(doc), "model_type"), NULL);
+        const char *mt = json_string_value(json_object_get(doc, "model_type"));
         corral_status st = CORRAL_OK;
         if (mt) {
             const char *arch = hf_model_type_arch(mt);
@@ -915,7 +917,7 @@ static corral_status peft_check_base_config(const char *adapter, const char *dir
                                       adapter, candidates[i], mt, base->path, base->arch);
             }
         }
-        jsonr_destroy(&doc);
+        json_decref(doc);
         return st;
     }
     return CORRAL_OK;
@@ -1211,7 +1213,7 @@ static corral_status open_peft(lora_adapter *ad, const char *config_path, const 
     }
     for (uint64_t i = 0; mods && i < n_mods; i++) free(mods[i].module);
     free(mods);
-    jsonr_destroy(&cfg.doc);
+    json_decref(cfg.doc);
     return st;
 }
 

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "corral/tensor.h"
-#include "jsonr.h"
+#include "adapter_json.h"
 
 typedef struct dtype_info {
     const char *name;
@@ -54,8 +54,8 @@ struct safetensors_file {
     const uint8_t *base;
     uint64_t size;
     bool mapped;
-    jsonr_doc *header;       /* keeps the names and metadata strings alive */
-    const jsonr_value *meta; /* "__metadata__" or NULL */
+    json_t *header;     /* keeps the names and metadata strings alive */
+    const json_t *meta; /* "__metadata__" or NULL */
     safetensors_tensor *tensors;
     uint64_t n_tensors;
     uint64_t *by_name; /* tensor indices sorted by name */
@@ -65,7 +65,7 @@ void safetensors_destroy(safetensors_file **fp) {
     if (!fp || !*fp) return;
     safetensors_file *f = *fp;
     if (f->mapped && f->base) munmap((void *)f->base, f->size);
-    jsonr_destroy(&f->header);
+    json_decref(f->header);
     free(f->tensors);
     free(f->by_name);
     free(f->path);
@@ -126,27 +126,28 @@ const safetensors_tensor *safetensors_find_tensor(const safetensors_file *f, con
 }
 
 const char *safetensors_metadata(const safetensors_file *f, const char *key) {
-    return f && f->meta ? jsonr_str(jsonr_get(f->meta, key), NULL) : NULL;
+    return f && f->meta && key ? json_string_value(json_object_get(f->meta, key)) : NULL;
 }
 
 /* One tensor entry of the header: checks its fields and fills *t (offset and size relative to
  * the buffer; data pointers are set later). */
-static corral_status parse_entry(const safetensors_file *f, const char *name, const jsonr_value *v,
+static corral_status parse_entry(const safetensors_file *f, const char *name, const json_t *v,
                                  uint64_t buffer_size, safetensors_tensor *t, corral_error *err) {
     const char *path = f->path;
-    if (jsonr_value_kind(v) != JSONR_OBJECT) {
+    if (!json_is_object(v)) {
         return corral_error_set(err, CORRAL_FORMAT,
                                 "%s: tensor '%s': the header entry is not an object (found %s)",
-                                path, name, jsonr_kind_name(jsonr_value_kind(v)));
+                                path, name, adapter_json_kind(v));
     }
-    for (size_t i = 0; i < jsonr_count(v); i++) {
-        const char *k = jsonr_key_at(v, i, NULL);
+    const char *k;
+    json_t *field;
+    json_object_foreach((json_t *)v, k, field) {
         if (strcmp(k, "dtype") != 0 && strcmp(k, "shape") != 0 && strcmp(k, "data_offsets") != 0) {
             return corral_error_set(err, CORRAL_FORMAT, "%s: tensor '%s': unknown field '%.64s'",
                                     path, name, k);
         }
     }
-    const char *dt = jsonr_str(jsonr_get(v, "dtype"), NULL);
+    const char *dt = json_string_value(json_object_get(v, "dtype"));
     if (!dt) {
         return corral_error_set(err, CORRAL_FORMAT, "%s: tensor '%s': no \"dtype\" string", path,
                                 name);
@@ -162,22 +163,22 @@ static corral_status parse_entry(const safetensors_file *f, const char *name, co
     }
     t->dtype = (safetensors_dtype)found;
 
-    const jsonr_value *shape = jsonr_get(v, "shape");
-    if (jsonr_value_kind(shape) != JSONR_ARRAY) {
+    const json_t *shape = json_object_get(v, "shape");
+    if (!json_is_array(shape)) {
         return corral_error_set(err, CORRAL_FORMAT, "%s: tensor '%s': no \"shape\" array", path,
                                 name);
     }
-    if (jsonr_count(shape) > SAFETENSORS_MAX_DIMS) {
+    if (json_array_size(shape) > SAFETENSORS_MAX_DIMS) {
         return corral_error_set(err, CORRAL_FORMAT,
                                 "%s: tensor '%s': %zu dimensions (at most %d are read)", path, name,
-                                jsonr_count(shape), SAFETENSORS_MAX_DIMS);
+                                json_array_size(shape), SAFETENSORS_MAX_DIMS);
     }
-    t->n_dims = (uint32_t)jsonr_count(shape);
+    t->n_dims = (uint32_t)json_array_size(shape);
     uint64_t bytes = safetensors_dtype_size(t->dtype);
     bool overflow = false;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t dim;
-        if (jsonr_get_u64(jsonr_at(shape, d), &dim) != 0 || dim > INT64_MAX) {
+        if (adapter_json_u64(json_array_get(shape, d), &dim) != 0) {
             return corral_error_set(
                 err, CORRAL_FORMAT,
                 "%s: tensor '%s': shape[%" PRIu32 "] is not a non-negative integer", path, name, d);
@@ -185,11 +186,11 @@ static corral_status parse_entry(const safetensors_file *f, const char *name, co
         t->shape[d] = (int64_t)dim;
         overflow |= __builtin_mul_overflow(bytes, dim, &bytes);
     }
-    const jsonr_value *offs = jsonr_get(v, "data_offsets");
+    const json_t *offs = json_object_get(v, "data_offsets");
     uint64_t begin, end;
-    if (jsonr_value_kind(offs) != JSONR_ARRAY || jsonr_count(offs) != 2 ||
-        jsonr_get_u64(jsonr_at(offs, 0), &begin) != 0 ||
-        jsonr_get_u64(jsonr_at(offs, 1), &end) != 0) {
+    if (!json_is_array(offs) || json_array_size(offs) != 2 ||
+        adapter_json_u64(json_array_get(offs, 0), &begin) != 0 ||
+        adapter_json_u64(json_array_get(offs, 1), &end) != 0) {
         return corral_error_set(err, CORRAL_FORMAT,
                                 "%s: tensor '%s': \"data_offsets\" is not [begin, end] of "
                                 "non-negative integers",
@@ -303,43 +304,44 @@ static safetensors_file *file_parse(const uint8_t *base, uint64_t size, const ch
         corral_error_set(err, CORRAL_FORMAT, "%s: the header is not a JSON object", path);
         goto fail;
     }
-    f->header = jsonr_parse((const char *)base + 8, (size_t)n, path, err);
+    f->header = adapter_json_parse((const char *)base + 8, (size_t)n, path, err);
     if (!f->header) {
         corral_error_prefix(err, "bad safetensors header");
         goto fail;
     }
-    const jsonr_value *root = jsonr_root(f->header);
-    if (jsonr_value_kind(root) != JSONR_OBJECT) {
+    const json_t *root = f->header;
+    if (!json_is_object(root)) {
         corral_error_set(err, CORRAL_FORMAT, "%s: the header is not a JSON object", path);
         goto fail;
     }
     uint64_t buffer_size = size - 8 - n;
     const uint8_t *buffer = base + 8 + n;
-    size_t members = jsonr_count(root);
+    size_t members = json_object_size(root);
     f->tensors = calloc(members ? members : 1, sizeof *f->tensors);
     f->by_name = calloc(members ? members : 1, sizeof *f->by_name);
     if (!f->tensors || !f->by_name) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "%s: out of memory", path);
         goto fail;
     }
-    for (size_t i = 0; i < members; i++) {
-        size_t klen;
-        const char *key = jsonr_key_at(root, i, &klen);
+    const char *key;
+    size_t klen;
+    json_t *v;
+    json_object_keylen_foreach((json_t *)root, key, klen, v) {
         if (klen != strlen(key)) {
             corral_error_set(err, CORRAL_FORMAT, "%s: a tensor name contains a NUL byte", path);
             goto fail;
         }
-        const jsonr_value *v = jsonr_at(root, i);
         if (strcmp(key, "__metadata__") == 0) {
-            if (jsonr_value_kind(v) != JSONR_OBJECT) {
+            if (!json_is_object(v)) {
                 corral_error_set(err, CORRAL_FORMAT, "%s: __metadata__ is not an object", path);
                 goto fail;
             }
-            for (size_t j = 0; j < jsonr_count(v); j++) {
-                if (jsonr_value_kind(jsonr_at(v, j)) != JSONR_STRING) {
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(v, mk, mv) {
+                if (!json_is_string(mv)) {
                     corral_error_set(err, CORRAL_FORMAT,
-                                     "%s: __metadata__ value '%.64s' is not a string", path,
-                                     jsonr_key_at(v, j, NULL));
+                                     "%s: __metadata__ value '%.64s' is not a string", path, mk);
                     goto fail;
                 }
             }

@@ -12,8 +12,9 @@
  *      rows of cols elements: GGUF's ne[0] = cols, ne[1] = rows).
  *
  * Checks, all before anything else is trusted: N is at most SAFETENSORS_HEADER_MAX and leaves
- * the header inside the file; the header parses as strict JSON (jsonr.h) and is an object; every
- * tensor entry has exactly the three fields with the right types; the dtype is a known one;
+ * the header inside the file; the header parses as strict JSON (adapter_json.h) and is an
+ * object; every tensor entry has exactly the three fields with the right types; the dtype is a
+ * known one;
  * shape dimensions are non-negative integers, at most SAFETENSORS_MAX_DIMS of them, whose product
  * times the dtype's size neither overflows nor differs from end - begin; begin <= end <= the
  * buffer's size; no two tensors share a byte; and the tensors cover the buffer with no hole (as

@@ -43,6 +43,8 @@ corral_require_module(JEMALLOC jemalloc libjemalloc-dev)
 corral_require_module(CHECK check check)
 # The HTTP front end of corrald (daemon/front_http*.c).
 corral_require_module(MHD libmicrohttpd libmicrohttpd-dev)
+# JSON: the HTTP front end's bodies, schemas for structured output (policies/), PEFT configs and
+# safetensors headers (adapters/), the CLI's --json output.
 corral_require_module(JANSSON jansson libjansson-dev)
 # Test-only: PCRE2 is the independent regex oracle of the constraint tests (tests/unit/
 # test_constraint.c); nothing that corral ships links it.

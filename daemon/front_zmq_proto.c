@@ -154,6 +154,8 @@ static corral_status generate_to_core(const Corral__V1__Generate *g, core_genera
     out->deadline_ms = g->deadline_ms;
     out->constraint = g->constraint;
     out->constraint_len = strlen(g->constraint);
+    out->json_schema = g->json_schema;
+    out->json_schema_len = strlen(g->json_schema);
     out->sanitizer = g->sanitizer;
     out->template_name = g->template_;
     return CORRAL_OK;

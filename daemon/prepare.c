@@ -169,7 +169,12 @@ static corral_status tokenize_input(sjob *sj, int32_t **ids, size_t *n, corral_e
 
 static corral_status prepare_generate(sjob *sj, corral_error *err) {
     sched_model *sm = sj->model;
+    const core_generate *req = &sj->j->req.generate;
     corral_status st;
+    if (req->constraint && req->constraint_len && req->json_schema && req->json_schema_len)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "constraint (a regex) and json_schema cannot be used together: "
+                                "give one");
     if ((st = build_params(sj, err)) != CORRAL_OK) return st;
     if ((st = find_profile(sj, err)) != CORRAL_OK) return st;
     /* The request's own state (its prompt, its output buffer, its compiled constraint) is the
@@ -193,9 +198,14 @@ static corral_status prepare_generate(sjob *sj, corral_error *err) {
         if (!sj->generated) st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     }
     if (st == CORRAL_OK) {
-        /* The output restrictions: the request's regex and the profile's generation hooks. */
+        /* The output restrictions: the request's regex or JSON schema (compiled here, off the
+         * compute thread, and cached per model) and the profile's generation hooks. */
         const core_generate *g = &sj->j->req.generate;
-        sj->pg = policy_gen_new(sj->profile, sm->pv, g->constraint, g->constraint_len, err);
+        const bool schema = g->json_schema && g->json_schema_len;
+        sj->pg = policy_gen_new_as(sj->profile, sm->pv,
+                                   schema ? CONSTRAINT_JSON_SCHEMA : CONSTRAINT_REGEX,
+                                   schema ? g->json_schema : g->constraint,
+                                   schema ? g->json_schema_len : g->constraint_len, err);
         if (!sj->pg)
             st = err->status;
         else

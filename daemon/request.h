@@ -65,6 +65,10 @@ typedef struct core_generate {
     uint32_t deadline_ms;   /* 0 for none */
     const char *constraint; /* a regular expression the whole output must match; "" for none */
     size_t constraint_len;
+    const char *json_schema; /* structured output: a JSON Schema's text the output must be a
+                                document of, or {"type":"json_object"} for any object ("" or NULL
+                                for none; policies' json_schema.h); not together with constraint */
+    size_t json_schema_len;
     const char *sanitizer;     /* a profile name; "" for the app's or model's */
     const char *template_name; /* a chat template name; "" for the model's */
     /* Each generated token's log-probability, and those of its top_logprobs most likely

@@ -199,6 +199,9 @@ typedef struct corral_generate_params {
     uint32_t deadline_ms;   /* give up after this long from receipt; 0 = none */
     const char *constraint; /* regular expression the whole output must match */
     const char *sanitizer;  /* sanitizer profile instead of the model's default */
+    /* Structured output: a JSON Schema's text the output must be a document of, or
+     * {"type":"json_object"} for any object (proto Generate.json_schema); not with constraint. */
+    const char *json_schema;
 } corral_generate_params;
 
 /* A part of a generation's output. Borrowed: valid until the next poll or destroy of its

@@ -84,6 +84,7 @@ static corral_status generate_wire_build(generate_wire *w, const corral_generate
     g->session = client__str(p->session);
     g->deadline_ms = p->deadline_ms;
     g->constraint = client__str(p->constraint);
+    g->json_schema = client__str(p->json_schema);
     g->sanitizer = client__str(p->sanitizer);
     g->template_ = client__str(p->chat_template);
     return CORRAL_OK;

@@ -41,6 +41,7 @@
 #include "corral/model.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
+#include "json.h"
 
 /* Tokens before the generated ones in a tg run: generation after a short prompt, as in chat. */
 #define BENCH_TG_PROMPT     8u
@@ -350,73 +351,52 @@ done:
 
 /* ---- output ---------------------------------------------------------------------------------- */
 
-/* A JSON string literal of s. */
-static void bench_json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fputc(*p, out);
-    }
-    fputc('"', out);
+/* A measured figure, or null for "not measured" (negative). */
+static json_t *bench_json_num(double v) {
+    return v < 0 ? json_null() : cli_json_real(v);
 }
 
-/* A JSON number, or null for "not measured" (negative). */
-static void bench_json_num(FILE *out, const char *key, double v, int last) {
-    fprintf(out, "  \"%s\": ", key);
-    if (v < 0)
-        fprintf(out, "null");
-    else
-        fprintf(out, "%.6g", v);
-    fprintf(out, last ? "\n" : ",\n");
-}
-
-static void bench_print_json(FILE *out, const bench_opts *o, const bench_result *res) {
-    fprintf(out, "{\n  \"model\": ");
-    bench_json_str(out, o->path);
-    fprintf(out, ",\n  \"arch\": ");
-    bench_json_str(out, res->hp.arch);
-    fprintf(out, ",\n  \"file_type\": %" PRId64 ",\n",
-            res->file_type == UINT32_MAX ? (int64_t)-1 : res->file_type);
-    fprintf(out, "  \"file_bytes\": %" PRIu64 ",\n  \"weight_bytes\": %" PRIu64 ",\n",
-            res->file_bytes, res->weight_bytes);
-    fprintf(out,
-            "  \"threads\": %u,\n  \"n_prompt\": %u,\n  \"n_gen\": %u,\n  \"depth\": %u,\n"
-            "  \"reps\": %u,\n",
-            res->threads, o->n_prompt, o->n_gen, o->depth, o->reps);
-    fprintf(out, "  \"kv_type\": \"%s\",\n", o->kv == KV_TYPE_F16 ? "f16" : "f32");
+static int bench_print_json(FILE *out, const bench_opts *o, const bench_result *res) {
+    json_t *doc = json_object();
+    cli_json_set(doc, "model", cli_json_str(o->path));
+    cli_json_set(doc, "arch", cli_json_str(res->hp.arch));
+    cli_json_set(doc, "file_type",
+                 json_integer(res->file_type == UINT32_MAX ? -1 : (json_int_t)res->file_type));
+    cli_json_set(doc, "file_bytes", cli_json_uint(res->file_bytes));
+    cli_json_set(doc, "weight_bytes", cli_json_uint(res->weight_bytes));
+    cli_json_set(doc, "threads", cli_json_uint(res->threads));
+    cli_json_set(doc, "n_prompt", cli_json_uint(o->n_prompt));
+    cli_json_set(doc, "n_gen", cli_json_uint(o->n_gen));
+    cli_json_set(doc, "depth", cli_json_uint(o->depth));
+    cli_json_set(doc, "reps", cli_json_uint(o->reps));
+    cli_json_set(doc, "kv_type", cli_json_str(o->kv == KV_TYPE_F16 ? "f16" : "f32"));
     /* -1 prints as null: the phase was skipped. */
     const bench_spread none = {-1, -1, -1};
     const bench_spread pp = o->n_prompt ? res->pp : none, tg = o->n_gen ? res->tg : none;
-    bench_json_num(out, "pp_tok_s", pp.median, 0);
-    bench_json_num(out, "pp_tok_s_min", pp.min, 0);
-    bench_json_num(out, "pp_tok_s_max", pp.max, 0);
-    bench_json_num(out, "tg_tok_s", tg.median, 0);
-    bench_json_num(out, "tg_tok_s_min", tg.min, 0);
-    bench_json_num(out, "tg_tok_s_max", tg.max, 0);
-    fprintf(out, "  \"bytes_per_token\": %" PRIu64 ",\n", res->bytes_per_token);
-    bench_json_num(out, "bandwidth_gb_s", res->bandwidth.median * 1e-9, 0);
-    bench_json_num(out, "bandwidth_gb_s_min", res->bandwidth.min * 1e-9, 0);
-    bench_json_num(out, "bandwidth_gb_s_max", res->bandwidth.max * 1e-9, 0);
-    fprintf(out, "  \"bandwidth_buffer_bytes\": %" PRIu64 ",\n", res->bw_bytes);
+    cli_json_set(doc, "pp_tok_s", bench_json_num(pp.median));
+    cli_json_set(doc, "pp_tok_s_min", bench_json_num(pp.min));
+    cli_json_set(doc, "pp_tok_s_max", bench_json_num(pp.max));
+    cli_json_set(doc, "tg_tok_s", bench_json_num(tg.median));
+    cli_json_set(doc, "tg_tok_s_min", bench_json_num(tg.min));
+    cli_json_set(doc, "tg_tok_s_max", bench_json_num(tg.max));
+    cli_json_set(doc, "bytes_per_token", cli_json_uint(res->bytes_per_token));
+    cli_json_set(doc, "bandwidth_gb_s", bench_json_num(res->bandwidth.median * 1e-9));
+    cli_json_set(doc, "bandwidth_gb_s_min", bench_json_num(res->bandwidth.min * 1e-9));
+    cli_json_set(doc, "bandwidth_gb_s_max", bench_json_num(res->bandwidth.max * 1e-9));
+    cli_json_set(doc, "bandwidth_buffer_bytes", cli_json_uint(res->bw_bytes));
     const bench_spread ceiling = o->n_gen ? res->ceiling : none;
-    bench_json_num(out, "ceiling_fraction", ceiling.median, 0);
-    bench_json_num(out, "ceiling_fraction_min", ceiling.min, 0);
-    bench_json_num(out, "ceiling_fraction_max", ceiling.max, 0);
-    bench_json_num(out, "load_ms_warm", res->load_ms_warm, 0);
-    bench_json_num(out, "load_ms_cold", res->load_ms_cold, 0);
-    bench_json_num(out, "ready_ms_warm", res->ready_ms_warm, 0);
-    bench_json_num(out, "cold_resident_fraction", res->cold_resident, 0);
-    fprintf(out, "  \"peak_rss_bytes\": %" PRIu64 ",\n", res->peak_rss);
-    bench_json_num(out, "huge_page_fraction", res->huge_pages, 0);
-    fprintf(out, "  \"cpu_path\": ");
-    bench_json_str(out, res->cpu_path);
-    fprintf(out, ",\n  \"cpu_features\": ");
-    bench_json_str(out, res->cpu_features);
-    fprintf(out, "\n}\n");
+    cli_json_set(doc, "ceiling_fraction", bench_json_num(ceiling.median));
+    cli_json_set(doc, "ceiling_fraction_min", bench_json_num(ceiling.min));
+    cli_json_set(doc, "ceiling_fraction_max", bench_json_num(ceiling.max));
+    cli_json_set(doc, "load_ms_warm", bench_json_num(res->load_ms_warm));
+    cli_json_set(doc, "load_ms_cold", bench_json_num(res->load_ms_cold));
+    cli_json_set(doc, "ready_ms_warm", bench_json_num(res->ready_ms_warm));
+    cli_json_set(doc, "cold_resident_fraction", bench_json_num(res->cold_resident));
+    cli_json_set(doc, "peak_rss_bytes", cli_json_uint(res->peak_rss));
+    cli_json_set(doc, "huge_page_fraction", bench_json_num(res->huge_pages));
+    cli_json_set(doc, "cpu_path", cli_json_str(res->cpu_path));
+    cli_json_set(doc, "cpu_features", cli_json_str(res->cpu_features));
+    return cli_json_print(&doc, out, 2);
 }
 
 static void bench_print_human(FILE *out, const bench_opts *o, const bench_result *res) {
@@ -593,9 +573,11 @@ int cmd_bench(int argc, char **argv) {
     snprintf(res.cpu_path, sizeof res.cpu_path, "%s", path);
     int rc = bench_run(&o, &res);
     if (rc != 0) return rc;
-    if (o.json)
-        bench_print_json(stdout, &o, &res);
-    else
+    if (o.json) {
+        if (bench_print_json(stdout, &o, &res) != 0)
+            return cli_fail("bench", "writing the JSON document failed");
+    } else {
         bench_print_human(stdout, &o, &res);
+    }
     return 0;
 }

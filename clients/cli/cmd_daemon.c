@@ -270,74 +270,48 @@ static void print_model_table(const corral_status_report *r) {
         if (r->models[i].error[0]) printf("\n%s: %s\n", r->models[i].name, r->models[i].error);
 }
 
-static void json_adapters(json_writer *j, const corral_adapter *a, size_t n) {
-    json_key(j, "adapters");
-    json_begin_array(j);
+static json_t *json_adapters(const corral_adapter *a, size_t n) {
+    json_t *list = json_array();
     for (size_t i = 0; i < n; i++) {
-        json_begin_object(j);
-        json_key(j, "path");
-        json_string(j, a[i].path);
-        json_key(j, "scale");
-        json_double(j, a[i].scale);
-        json_end_object(j);
+        json_t *o = json_object();
+        cli_json_set(o, "path", cli_json_str(a[i].path));
+        cli_json_set(o, "scale", cli_json_real(a[i].scale));
+        cli_json_append(list, o);
     }
-    json_end_array(j);
+    return list;
 }
 
-static void json_model_statuses(json_writer *j, const corral_status_report *r) {
-    json_key(j, "models");
-    json_begin_array(j);
+static json_t *json_model_statuses(const corral_status_report *r) {
+    json_t *list = json_array();
     for (size_t i = 0; i < r->n_models; i++) {
         const corral_model_status *m = &r->models[i];
-        json_begin_object(j);
-        json_key(j, "name");
-        json_string(j, m->name);
-        json_key(j, "state");
-        json_string(j, corral_model_state_name(m->state));
-        json_key(j, "bytes");
-        json_uint(j, m->bytes);
-        json_key(j, "pinned");
-        json_bool(j, m->pinned);
-        json_key(j, "last_used_ms");
-        json_uint(j, m->last_used_ms);
-        json_key(j, "queue_depth");
-        json_uint(j, m->queue_depth);
-        json_key(j, "active");
-        json_uint(j, m->active);
-        json_key(j, "requests_served");
-        json_uint(j, m->requests_served);
-        json_key(j, "sessions");
-        json_uint(j, m->sessions);
-        json_key(j, "swap_ins");
-        json_uint(j, m->swap_ins);
-        json_key(j, "swap_outs");
-        json_uint(j, m->swap_outs);
-        json_key(j, "preload");
-        json_bool(j, m->preload);
-        json_key(j, "ttl_ms");
-        json_uint(j, m->ttl_ms);
-        json_key(j, "last_load_ms");
-        json_uint(j, m->last_load_ms);
-        json_key(j, "loads");
-        json_uint(j, m->loads);
-        json_key(j, "steps");
-        json_uint(j, m->steps);
-        json_key(j, "step_sequences");
-        json_uint(j, m->step_sequences);
-        if (m->error[0]) {
-            json_key(j, "error");
-            json_string(j, m->error);
-        }
+        json_t *o = json_object();
+        cli_json_set(o, "name", cli_json_str(m->name));
+        cli_json_set(o, "state", cli_json_str(corral_model_state_name(m->state)));
+        cli_json_set(o, "bytes", cli_json_uint(m->bytes));
+        cli_json_set(o, "pinned", json_boolean(m->pinned));
+        cli_json_set(o, "last_used_ms", cli_json_uint(m->last_used_ms));
+        cli_json_set(o, "queue_depth", cli_json_uint(m->queue_depth));
+        cli_json_set(o, "active", cli_json_uint(m->active));
+        cli_json_set(o, "requests_served", cli_json_uint(m->requests_served));
+        cli_json_set(o, "sessions", cli_json_uint(m->sessions));
+        cli_json_set(o, "swap_ins", cli_json_uint(m->swap_ins));
+        cli_json_set(o, "swap_outs", cli_json_uint(m->swap_outs));
+        cli_json_set(o, "preload", json_boolean(m->preload));
+        cli_json_set(o, "ttl_ms", cli_json_uint(m->ttl_ms));
+        cli_json_set(o, "last_load_ms", cli_json_uint(m->last_load_ms));
+        cli_json_set(o, "loads", cli_json_uint(m->loads));
+        cli_json_set(o, "steps", cli_json_uint(m->steps));
+        cli_json_set(o, "step_sequences", cli_json_uint(m->step_sequences));
+        if (m->error[0]) cli_json_set(o, "error", cli_json_str(m->error));
         if (m->base_path[0]) {
-            json_key(j, "base_path");
-            json_string(j, m->base_path);
-            json_adapters(j, m->adapters, m->n_adapters);
-            json_key(j, "merges");
-            json_uint(j, m->merges);
+            cli_json_set(o, "base_path", cli_json_str(m->base_path));
+            cli_json_set(o, "adapters", json_adapters(m->adapters, m->n_adapters));
+            cli_json_set(o, "merges", cli_json_uint(m->merges));
         }
-        json_end_object(j);
+        cli_json_append(list, o);
     }
-    json_end_array(j);
+    return list;
 }
 
 /* Shared by ps and status: options [--json] [MODEL]. */
@@ -380,47 +354,30 @@ static int status_command(const char *cmd, bool daemon_totals, int argc, char **
     corral_client_destroy(&c);
     if (st != CORRAL_OK) return daemon_error(cmd, st, &err);
     const corral_daemon_status *d = &r->daemon;
+    int printed = 0;
     if (json) {
-        json_writer j;
-        json_writer_init(&j, stdout);
-        json_begin_object(&j);
+        json_t *doc = json_object();
         if (daemon_totals) {
-            json_key(&j, "daemon");
-            json_begin_object(&j);
-            json_key(&j, "version");
-            json_string(&j, d->version);
-            json_key(&j, "uptime_ms");
-            json_uint(&j, d->uptime_ms);
-            json_key(&j, "total_bytes");
-            json_uint(&j, d->total_bytes);
-            json_key(&j, "limit_bytes");
-            json_uint(&j, d->limit_bytes);
-            json_key(&j, "active");
-            json_uint(&j, d->active);
-            json_key(&j, "queued");
-            json_uint(&j, d->queued);
-            json_key(&j, "requests_served");
-            json_uint(&j, d->requests_served);
-            json_key(&j, "sessions");
-            json_uint(&j, d->sessions);
-            json_key(&j, "threads");
-            json_uint(&j, d->threads);
-            json_key(&j, "allocated_bytes");
-            json_uint(&j, d->allocated_bytes);
-            json_key(&j, "front_allocated_bytes");
-            json_uint(&j, d->front_allocated_bytes);
-            json_key(&j, "heap_bytes");
-            json_uint(&j, d->heap_bytes);
-            json_end_object(&j);
+            json_t *o = json_object();
+            cli_json_set(o, "version", cli_json_str(d->version));
+            cli_json_set(o, "uptime_ms", cli_json_uint(d->uptime_ms));
+            cli_json_set(o, "total_bytes", cli_json_uint(d->total_bytes));
+            cli_json_set(o, "limit_bytes", cli_json_uint(d->limit_bytes));
+            cli_json_set(o, "active", cli_json_uint(d->active));
+            cli_json_set(o, "queued", cli_json_uint(d->queued));
+            cli_json_set(o, "requests_served", cli_json_uint(d->requests_served));
+            cli_json_set(o, "sessions", cli_json_uint(d->sessions));
+            cli_json_set(o, "threads", cli_json_uint(d->threads));
+            cli_json_set(o, "allocated_bytes", cli_json_uint(d->allocated_bytes));
+            cli_json_set(o, "front_allocated_bytes", cli_json_uint(d->front_allocated_bytes));
+            cli_json_set(o, "heap_bytes", cli_json_uint(d->heap_bytes));
+            cli_json_set(doc, "daemon", o);
         } else {
-            json_key(&j, "limit_bytes");
-            json_uint(&j, d->limit_bytes);
-            json_key(&j, "total_bytes");
-            json_uint(&j, d->total_bytes);
+            cli_json_set(doc, "limit_bytes", cli_json_uint(d->limit_bytes));
+            cli_json_set(doc, "total_bytes", cli_json_uint(d->total_bytes));
         }
-        json_model_statuses(&j, r);
-        json_end_object(&j);
-        json_finish(&j);
+        cli_json_set(doc, "models", json_model_statuses(r));
+        printed = cli_json_print(&doc, stdout, 0);
     } else {
         if (daemon_totals) {
             char up[32], total[32], limit[32];
@@ -436,6 +393,7 @@ static int status_command(const char *cmd, bool daemon_totals, int argc, char **
         print_model_table(r);
     }
     corral_status_report_destroy(&r);
+    if (printed != 0) return cli_fail(cmd, "writing the JSON document failed");
     return fflush(stdout) == 0 ? 0 : cli_fail(cmd, "writing to stdout: %s", strerror(errno));
 }
 
@@ -479,35 +437,25 @@ int cmd_models(int argc, char **argv) {
     corral_status st = corral_list_models(c, DAEMON_CALL_TIMEOUT_MS, &l, &err);
     corral_client_destroy(&c);
     if (st != CORRAL_OK) return daemon_error("models", st, &err);
+    int printed = 0;
     if (json) {
-        json_writer j;
-        json_writer_init(&j, stdout);
-        json_begin_object(&j);
-        json_key(&j, "models");
-        json_begin_array(&j);
+        json_t *doc = json_object(), *list = json_array();
         for (size_t i = 0; i < l->n_models; i++) {
             const corral_model_info *m = &l->models[i];
-            json_begin_object(&j);
-            json_key(&j, "name");
-            json_string(&j, m->name);
-            json_key(&j, "path");
-            json_string(&j, m->path);
-            json_key(&j, "arch");
-            json_string(&j, m->arch);
-            json_key(&j, "context");
-            json_uint(&j, m->context);
-            json_key(&j, "chat_template");
-            json_string(&j, m->chat_template);
-            json_key(&j, "state");
-            json_string(&j, corral_model_state_name(m->state));
-            json_key(&j, "pinned");
-            json_bool(&j, m->pinned);
-            if (m->n_adapters) json_adapters(&j, m->adapters, m->n_adapters);
-            json_end_object(&j);
+            json_t *o = json_object();
+            cli_json_set(o, "name", cli_json_str(m->name));
+            cli_json_set(o, "path", cli_json_str(m->path));
+            cli_json_set(o, "arch", cli_json_str(m->arch));
+            cli_json_set(o, "context", cli_json_uint(m->context));
+            cli_json_set(o, "chat_template", cli_json_str(m->chat_template));
+            cli_json_set(o, "state", cli_json_str(corral_model_state_name(m->state)));
+            cli_json_set(o, "pinned", json_boolean(m->pinned));
+            if (m->n_adapters)
+                cli_json_set(o, "adapters", json_adapters(m->adapters, m->n_adapters));
+            cli_json_append(list, o);
         }
-        json_end_array(&j);
-        json_end_object(&j);
-        json_finish(&j);
+        cli_json_set(doc, "models", list);
+        printed = cli_json_print(&doc, stdout, 0);
     } else {
         int w = 4;
         for (size_t i = 0; i < l->n_models; i++) {
@@ -527,6 +475,7 @@ int cmd_models(int argc, char **argv) {
         }
     }
     corral_model_list_destroy(&l);
+    if (printed != 0) return cli_fail("models", "writing the JSON document failed");
     return fflush(stdout) == 0 ? 0 : cli_fail("models", "writing to stdout: %s", strerror(errno));
 }
 
@@ -599,6 +548,7 @@ enum {
     OPT_SESSION,
     OPT_DEADLINE,
     OPT_REGEX,
+    OPT_JSON_SCHEMA,
     OPT_SANITIZER,
     OPT_TEMPLATE,
     OPT_NO_STREAM,
@@ -617,6 +567,7 @@ enum {
         {"session", required_argument, NULL, OPT_SESSION},                                        \
         {"deadline", required_argument, NULL, OPT_DEADLINE},                                      \
         {"regex", required_argument, NULL, OPT_REGEX},                                            \
+        {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},                                \
         {"sanitizer", required_argument, NULL, OPT_SANITIZER},                                    \
         {"template", required_argument, NULL, OPT_TEMPLATE}, {                                    \
         "stats", no_argument, NULL, OPT_STATS                                                     \
@@ -635,15 +586,20 @@ static const char gen_options_help[] =
     "      --session ID        keep the conversation's state in the daemon under this id\n"
     "      --deadline MS       give up after this many milliseconds\n"
     "      --regex R           the whole output must match this regular expression\n"
+    "      --json-schema FILE  the output is a JSON document this JSON Schema validates\n"
+    "                          (FILE holds the schema; - reads it from stdin)\n"
     "      --sanitizer P       apply this sanitizer profile to the input\n"
     "      --template NAME     chat template instead of the model's (chatml, llama3, ...)\n"
     "      --stats             print token counts and timings to stderr at the end\n";
 
-/* Generation options parsed from the command line; the strings point into argv. */
+/* Generation options parsed from the command line; the strings point into argv, but for the
+ * schema, read from schema_path by gen_options_load (free it with gen_options_release). */
 typedef struct gen_options {
     corral_generate_params params;
     const char *stops[DAEMON_STOP_MAX];
     bool stats;
+    const char *schema_path;
+    char *schema; /* owned */
 } gen_options;
 
 static int parse_u64(const char *text, uint64_t *out) {
@@ -716,6 +672,9 @@ static int gen_option(const char *cmd, int opt, gen_options *o) {
             return 1;
         case OPT_REGEX:
             p->constraint = optarg;
+            return 1;
+        case OPT_JSON_SCHEMA:
+            o->schema_path = optarg;
             return 1;
         case OPT_SANITIZER:
             p->sanitizer = optarg;
@@ -849,6 +808,42 @@ static char *read_all_stdin(void) {
     return b.data;
 }
 
+/* Read --json-schema's file (after every option is known good, so nothing leaks on a usage
+ * error). 0, or 1 after a message. */
+static int gen_options_load(const char *cmd, gen_options *o) {
+    if (!o->schema_path) return 0;
+    if (strcmp(o->schema_path, "-") == 0) {
+        o->schema = read_all_stdin();
+        if (!o->schema) return cli_fail(cmd, "--json-schema: reading stdin failed");
+    } else {
+        FILE *f = fopen(o->schema_path, "rb");
+        if (!f) return cli_fail(cmd, "--json-schema: %s: %s", o->schema_path, strerror(errno));
+        text_buf b = {0};
+        char chunk[4096];
+        size_t n;
+        int bad = 0;
+        while (!bad && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+            bad = text_buf_append(&b, chunk, n) != 0;
+        bad = bad || ferror(f);
+        fclose(f);
+        if (bad) {
+            free(b.data);
+            return cli_fail(cmd, "--json-schema: reading %s failed", o->schema_path);
+        }
+        o->schema = b.data ? b.data : calloc(1, 1);
+        if (!o->schema) return cli_fail(cmd, "out of memory");
+    }
+    if (!o->schema[0]) return cli_fail(cmd, "--json-schema: %s is empty", o->schema_path);
+    o->params.json_schema = o->schema;
+    return 0;
+}
+
+static void gen_options_release(gen_options *o) {
+    free(o->schema);
+    o->schema = NULL;
+    o->params.json_schema = NULL;
+}
+
 /* ---- run --------------------------------------------------------------------------------- */
 
 static void run_usage(FILE *out) {
@@ -895,9 +890,16 @@ int cmd_run(int argc, char **argv) {
     }
     o.params.model = argv[optind];
     char *owned_prompt = NULL;
+    if (o.schema_path && !strcmp(o.schema_path, "-") &&
+        (positional == 1 || !strcmp(argv[optind + 1], "-")))
+        return cli_fail("run", "--json-schema - and the prompt cannot both come from stdin");
+    if (gen_options_load("run", &o)) return 1;
     if (positional == 1 || strcmp(argv[optind + 1], "-") == 0) {
         owned_prompt = read_all_stdin();
-        if (!owned_prompt) return cli_fail("run", "reading the prompt from stdin failed");
+        if (!owned_prompt) {
+            gen_options_release(&o);
+            return cli_fail("run", "reading the prompt from stdin failed");
+        }
         o.params.prompt = owned_prompt;
     } else {
         o.params.prompt = argv[optind + 1];
@@ -905,6 +907,7 @@ int cmd_run(int argc, char **argv) {
     corral_client *c = daemon_connect("run");
     if (!c) {
         free(owned_prompt);
+        gen_options_release(&o);
         return 1;
     }
     install_sigint();
@@ -912,6 +915,7 @@ int cmd_run(int argc, char **argv) {
     int rc = stream_generation("run", c, &o.params, NULL, &done);
     corral_client_destroy(&c);
     free(owned_prompt);
+    gen_options_release(&o);
     if (rc == 0 || rc == 130) {
         if (isatty(STDOUT_FILENO)) putchar('\n');
         if (o.stats) print_stats(&done);
@@ -1017,8 +1021,14 @@ int cmd_chat(int argc, char **argv) {
         random_session_id(session, sizeof session);
         o.params.session = session;
     }
+    if (o.schema_path && !strcmp(o.schema_path, "-"))
+        return cli_fail("chat", "--json-schema -: chat reads its messages from stdin; name a file");
+    if (gen_options_load("chat", &o)) return 1;
     corral_client *c = daemon_connect("chat");
-    if (!c) return 1;
+    if (!c) {
+        gen_options_release(&o);
+        return 1;
+    }
     install_sigint();
 
     chat_history h = {0};
@@ -1082,5 +1092,6 @@ int cmd_chat(int argc, char **argv) {
     free(line);
     chat_history_free(&h);
     corral_client_destroy(&c);
+    gen_options_release(&o);
     return rc == 0 && turn_failed ? 1 : rc;
 }

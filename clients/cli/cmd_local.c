@@ -75,6 +75,7 @@ static void run_local_usage(FILE *out) {
             "      --regex R           the whole output must match the regular expression R\n"
             "                          (ECMAScript-like: classes, \\d \\w \\s, groups, |,\n"
             "                          * + ? {m,n}; no backreferences or lookaround)\n"
+            "      --json-schema FILE  the output is a JSON document this JSON Schema validates\n"
             "  -c, --ctx N             context size (default: the model's, at most 4096)\n"
             "      --chat              treat the prompt as a user message in the model's chat\n"
             "                          template (and print only the reply)\n"
@@ -106,6 +107,7 @@ int cmd_run_local(int argc, char **argv) {
         OPT_KV,
         OPT_REFERENCE,
         OPT_REGEX,
+        OPT_JSON_SCHEMA,
         OPT_HELP
     };
     static const struct option options[] = {
@@ -128,10 +130,12 @@ int cmd_run_local(int argc, char **argv) {
         {"kv", required_argument, NULL, OPT_KV},
         {"reference", no_argument, NULL, OPT_REFERENCE},
         {"regex", required_argument, NULL, OPT_REGEX},
+        {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *prompt = NULL, *system = NULL, *template_name = NULL, *regex = NULL;
+    const char *schema_path = NULL;
     const char *stops[16];
     size_t n_stops = 0;
     long max_tokens = 128, n_ctx = 0, n_threads = 0;
@@ -228,6 +232,9 @@ int cmd_run_local(int argc, char **argv) {
             case OPT_REGEX:
                 regex = optarg;
                 break;
+            case OPT_JSON_SCHEMA:
+                schema_path = optarg;
+                break;
             case OPT_HELP:
                 run_local_usage(stdout);
                 return 0;
@@ -242,6 +249,8 @@ int cmd_run_local(int argc, char **argv) {
     }
     if ((system || template_name) && !chat)
         return cli_fail("run-local", "--system and --template need --chat"), 2;
+    if (regex && schema_path)
+        return cli_fail("run-local", "--regex and --json-schema cannot be used together"), 2;
     const char *path = argv[optind];
     if (!seed_given) gp.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     gp.max_tokens = (uint32_t)max_tokens;
@@ -268,12 +277,26 @@ int cmd_run_local(int argc, char **argv) {
     constraint *con = NULL;
     constraint_matcher *matcher = NULL;
     sampler_processor proc;
-    if (regex) {
+    if (regex || schema_path) {
+        size_t len = regex ? strlen(regex) : 0;
+        char *schema = NULL;
+        if (schema_path) {
+            FILE *fp = fopen(schema_path, "rb");
+            schema = fp ? read_all(fp, &len) : NULL;
+            if (fp) fclose(fp);
+            if (!schema) {
+                cli_fail("run-local", "--json-schema: cannot read %s", schema_path);
+                goto done;
+            }
+        }
         cix = constraint_index_new(tok, &err);
-        con = cix ? constraint_compile(cix, regex, strlen(regex), &err) : NULL;
+        con = cix ? constraint_compile_as(cix, schema ? CONSTRAINT_JSON_SCHEMA : CONSTRAINT_REGEX,
+                                          schema ? schema : regex, len, &err)
+                  : NULL;
+        free(schema);
         matcher = con ? constraint_matcher_new(con, &err) : NULL;
         if (!matcher) {
-            cli_fail("run-local", "--regex: %s", err.message);
+            cli_fail("run-local", "%s: %s", schema_path ? "--json-schema" : "--regex", err.message);
             goto done;
         }
         proc = constraint_matcher_processor(matcher);

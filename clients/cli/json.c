@@ -1,149 +1,66 @@
 /*
- * json.c — the CLI's JSON writer (see json.h): separators from a per-level "has items" flag,
- * and string escaping that validates UTF-8 (with the base codec) as it goes.
+ * json.c — the CLI's --json helpers on jansson (see json.h): UTF-8 repair before a string
+ * becomes a json_t (jansson refuses invalid UTF-8 outright), and the one printing call.
  */
 #include "json.h"
 
-#include <assert.h>
-#include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "corral/utf8.h"
 
-void json_writer_init(json_writer *w, FILE *out) {
-    memset(w, 0, sizeof *w);
-    w->out = out;
-}
+static bool failed; /* a value could not be made or set since the last print */
 
-/* Write the comma that separates this value from the previous one, unless it follows a key. */
-static void json_before_value(json_writer *w) {
-    if (w->after_key) {
-        w->after_key = false;
-        return;
-    }
-    if (w->depth > 0) {
-        if (w->has_items[w->depth - 1]) fputc(',', w->out);
-        w->has_items[w->depth - 1] = true;
-    }
-}
-
-static void json_open(json_writer *w, char c) {
-    json_before_value(w);
-    assert(w->depth < JSON_DEPTH_MAX);
-    fputc(c, w->out);
-    w->has_items[w->depth++] = false;
-}
-
-static void json_close(json_writer *w, char c) {
-    assert(w->depth > 0 && !w->after_key);
-    w->depth--;
-    fputc(c, w->out);
-}
-
-void json_begin_object(json_writer *w) {
-    json_open(w, '{');
-}
-
-void json_end_object(json_writer *w) {
-    json_close(w, '}');
-}
-
-void json_begin_array(json_writer *w) {
-    json_open(w, '[');
-}
-
-void json_end_array(json_writer *w) {
-    json_close(w, ']');
-}
-
-/* Write text as a JSON string. Each byte that does not begin a well-formed UTF-8 sequence
- * becomes one U+FFFD of its own: the CLI's output maps bad bytes one by one (test_cli_json pins
- * it), where the sanitizers' repair gives one U+FFFD per maximal subpart. */
-static void json_write_escaped(FILE *out, const char *text) {
-    fputc('"', out);
-    const unsigned char *s = (const unsigned char *)text;
-    const unsigned char *end = s + strlen(text);
-    while (*s) {
-        unsigned char c = *s;
-        if (c == '"' || c == '\\') {
-            fputc('\\', out);
-            fputc(c, out);
-            s++;
-        } else if (c < 0x20) {
-            switch (c) {
-                case '\n':
-                    fputs("\\n", out);
-                    break;
-                case '\r':
-                    fputs("\\r", out);
-                    break;
-                case '\t':
-                    fputs("\\t", out);
-                    break;
-                default:
-                    fprintf(out, "\\u%04x", c);
-                    break;
-            }
-            s++;
+json_t *cli_json_str(const char *s) {
+    if (!s) return json_null();
+    const size_t len = strlen(s);
+    if (utf8_validate((const uint8_t *)s, len) == len) return json_stringn(s, len);
+    /* Each bad byte becomes U+FFFD (3 bytes): at most 3x as long. */
+    char *fixed = malloc(3 * len + 1);
+    if (!fixed) return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t k;
+        if (utf8_decode((const uint8_t *)s + i, len - i, NULL, &k) == UTF8_OK) {
+            memcpy(fixed + n, s + i, k);
+            n += k;
+            i += k;
         } else {
-            size_t n;
-            if (utf8_decode(s, (size_t)(end - s), NULL, &n) != UTF8_OK) {
-                fputs("\\ufffd", out);
-                s++;
-            } else {
-                fwrite(s, 1, n, out);
-                s += n;
-            }
+            memcpy(fixed + n, "\xef\xbf\xbd", 3);
+            n += 3;
+            i++;
         }
     }
-    fputc('"', out);
+    json_t *v = json_stringn(fixed, n);
+    free(fixed);
+    return v;
 }
 
-void json_key(json_writer *w, const char *key) {
-    assert(w->depth > 0 && !w->after_key);
-    json_before_value(w);
-    json_write_escaped(w->out, key);
-    fputc(':', w->out);
-    w->after_key = true;
+json_t *cli_json_uint(uint64_t v) {
+    return v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
 }
 
-void json_string(json_writer *w, const char *s) {
-    json_before_value(w);
-    if (s)
-        json_write_escaped(w->out, s);
-    else
-        fputs("null", w->out);
+json_t *cli_json_real(double v) {
+    return isfinite(v) ? json_real(v) : json_null();
 }
 
-void json_uint(json_writer *w, uint64_t v) {
-    json_before_value(w);
-    fprintf(w->out, "%" PRIu64, v);
+void cli_json_set(json_t *obj, const char *key, json_t *v) {
+    if (!obj || !v || json_object_set_new(obj, key, v) != 0) failed = true;
 }
 
-void json_int(json_writer *w, int64_t v) {
-    json_before_value(w);
-    fprintf(w->out, "%" PRId64, v);
+void cli_json_append(json_t *arr, json_t *v) {
+    if (!arr || !v || json_array_append_new(arr, v) != 0) failed = true;
 }
 
-void json_double(json_writer *w, double v) {
-    json_before_value(w);
-    if (isfinite(v))
-        fprintf(w->out, "%.17g", v);
-    else
-        fputs("null", w->out);
-}
-
-void json_bool(json_writer *w, bool v) {
-    json_before_value(w);
-    fputs(v ? "true" : "false", w->out);
-}
-
-void json_null(json_writer *w) {
-    json_before_value(w);
-    fputs("null", w->out);
-}
-
-void json_finish(json_writer *w) {
-    fputc('\n', w->out);
+int cli_json_print(json_t **doc, FILE *out, int indent) {
+    const size_t flags = JSON_ENCODE_ANY | (indent > 0 ? JSON_INDENT(indent) : JSON_COMPACT) |
+                         JSON_REAL_PRECISION(17);
+    int rc = !*doc || failed ? -1 : json_dumpf(*doc, out, flags);
+    if (rc == 0 && fputc('\n', out) == EOF) rc = -1;
+    json_decref(*doc);
+    *doc = NULL;
+    failed = false;
+    return rc;
 }

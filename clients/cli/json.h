@@ -1,47 +1,37 @@
 /*
- * json.h — a tiny streaming JSON writer for the CLI's --json output. It tracks nesting and commas
- * so callers only say what comes next, and escapes strings so the output is always valid JSON
- * (control characters as \u00XX; bytes that are not UTF-8 become U+FFFD).
+ * json.h — the CLI's --json output, built with jansson. The commands build a document of
+ * json_t values and print it; these helpers make values from what the CLI has (C strings that
+ * may hold bytes that are not UTF-8, 64-bit counts, doubles JSON cannot hold) and print a
+ * document the way every command does: compact (or indented), then a newline.
+ *
+ * Ownership follows jansson's _new calls: cli_json_set and cli_json_append take the reference to
+ * their value. A value that could not be made (memory ran out) is NULL; setting it fails, and the
+ * failure is remembered so that cli_json_print reports it instead of printing a partial document.
+ * Not thread-safe (the CLI is single-threaded).
  */
 #ifndef CORRAL_CLI_JSON_H
 #define CORRAL_CLI_JSON_H
 
-#include <stdbool.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#define JSON_DEPTH_MAX 32
+/* A JSON string of s (NULL gives null). Each byte that does not begin a well-formed UTF-8
+ * sequence becomes one U+FFFD of its own. New reference. */
+json_t *cli_json_str(const char *s);
 
-typedef struct json_writer {
-    FILE *out;
-    int depth;
-    bool has_items[JSON_DEPTH_MAX]; /* per open container: something was written in it */
-    bool after_key;                 /* a key was written; its value comes next */
-} json_writer;
+/* v as a JSON integer (above INT64_MAX, which jansson's integers cannot hold: a real). */
+json_t *cli_json_uint(uint64_t v);
 
-/* Start writing to out. The writer holds no resources. */
-void json_writer_init(json_writer *w, FILE *out);
+/* v as a JSON real; null for NaN and infinities, which JSON cannot hold. */
+json_t *cli_json_real(double v);
 
-/* Open/close an object or array (as a value: after a key, in an array, or at the top). Nesting
- * beyond JSON_DEPTH_MAX is a programming error (asserted). */
-void json_begin_object(json_writer *w);
-void json_end_object(json_writer *w);
-void json_begin_array(json_writer *w);
-void json_end_array(json_writer *w);
+/* obj[key] = v / append v to arr; both take v's reference (also on failure). */
+void cli_json_set(json_t *obj, const char *key, json_t *v);
+void cli_json_append(json_t *arr, json_t *v);
 
-/* The key of the next member of the current object. */
-void json_key(json_writer *w, const char *key);
-
-/* Values. json_string escapes its text (NULL writes null). json_double writes null for NaN and
- * infinities, which JSON cannot hold. */
-void json_string(json_writer *w, const char *s);
-void json_uint(json_writer *w, uint64_t v);
-void json_int(json_writer *w, int64_t v);
-void json_double(json_writer *w, double v);
-void json_bool(json_writer *w, bool v);
-void json_null(json_writer *w);
-
-/* End the document with a newline. */
-void json_finish(json_writer *w);
+/* Print *doc (compact, or with `indent` spaces per level when > 0) and a newline to out; drop the
+ * reference and set *doc to NULL. 0, or -1 when a value could not be made or the write failed. */
+int cli_json_print(json_t **doc, FILE *out, int indent);
 
 #endif /* CORRAL_CLI_JSON_H */

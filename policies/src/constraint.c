@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/json_schema.h"
 #include "regex.h"
 
 /* Upper bound on the bitsets one constraint may reserve (virtual; touched pages only). */
@@ -217,7 +218,10 @@ struct constraint {
     atomic_uint refs;
     constraint_index *ix; /* a reference */
     regex_dfa dfa;
-    char *pattern;
+    char *pattern;            /* the regex compiled (for a JSON schema: the one it became) */
+    constraint_syntax syntax; /* what the source is */
+    char *source;             /* the text compiled from (== pattern for CONSTRAINT_REGEX) */
+    size_t source_len;
     uint32_t words;      /* uint64 words per allowed set */
     uint64_t *bits;      /* [n_states][words], zeroed, filled lazily */
     atomic_uchar *ready; /* [n_states]: bits and n_allowed of the state are valid */
@@ -229,7 +233,24 @@ struct constraint {
 
 constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t len,
                                corral_error *err) {
-    if (!ix || (!pattern && len)) {
+    return constraint_compile_as(ix, CONSTRAINT_REGEX, pattern, len, err);
+}
+
+/* The DFA of a generated pattern; its errors say which schema they come from. */
+static corral_status compile_generated(const char *pattern, size_t len, regex_dfa *dfa,
+                                       corral_error *err) {
+    corral_error e = {0};
+    const corral_status st = regex__compile(pattern, len, REGEX_GENERATED, dfa, NULL, &e);
+    if (st != CORRAL_OK)
+        corral_error_set(err, st, "json schema: the schema is too complex to compile: %s",
+                         e.message);
+    return st;
+}
+
+constraint *constraint_compile_as(constraint_index *ix, constraint_syntax syntax,
+                                  const char *source, size_t source_len, corral_error *err) {
+    if (!ix || (!source && source_len) ||
+        (syntax != CONSTRAINT_REGEX && syntax != CONSTRAINT_JSON_SCHEMA)) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "constraint: no index or pattern");
         return NULL;
     }
@@ -238,9 +259,28 @@ constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "constraint: out of memory");
         return NULL;
     }
-    if (regex__compile(pattern, len, 0, &c->dfa, NULL, err) != CORRAL_OK) {
+    char *generated = NULL;
+    const char *pattern = source;
+    size_t len = source_len;
+    corral_status st;
+    if (syntax == CONSTRAINT_JSON_SCHEMA) {
+        st = json_schema_to_regex(source, source_len, &generated, &len, err);
+        if (st == CORRAL_OK) st = compile_generated(generated, len, &c->dfa, err);
+        pattern = generated;
+    } else {
+        st = regex__compile(pattern, len, 0, &c->dfa, NULL, err);
+    }
+    if (st != CORRAL_OK) {
+        free(generated);
         free(c);
         return NULL;
+    }
+    c->syntax = syntax;
+    c->source_len = source_len;
+    c->source = malloc(source_len + 1);
+    if (c->source) {
+        if (source_len) memcpy(c->source, source, source_len);
+        c->source[source_len] = '\0';
     }
     const uint32_t n = c->dfa.n_states;
     c->words = (uint32_t)(((uint64_t)ix->n_vocab + 63) / 64);
@@ -251,6 +291,8 @@ constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t
                          "tokens",
                          n, (int)ix->n_vocab);
         regex__free(&c->dfa);
+        free(generated);
+        free(c->source);
         free(c);
         return NULL;
     }
@@ -259,8 +301,10 @@ constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t
     c->ready = calloc(n, sizeof *c->ready);
     c->n_allowed = calloc(n, sizeof *c->n_allowed);
     c->walk = malloc(((size_t)ix->max_depth + 1) * sizeof *c->walk);
-    if (!c->pattern || !c->bits || !c->ready || !c->n_allowed || !c->walk ||
+    if (!c->pattern || !c->source || !c->bits || !c->ready || !c->n_allowed || !c->walk ||
         pthread_mutex_init(&c->lock, NULL) != 0) {
+        free(generated);
+        free(c->source);
         free(c->pattern);
         free(c->bits);
         free(c->ready);
@@ -273,6 +317,7 @@ constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t
     }
     if (len) memcpy(c->pattern, pattern, len);
     c->pattern[len] = '\0';
+    free(generated);
     atomic_init(&c->refs, 1);
     atomic_init(&c->n_built, 0);
     atomic_fetch_add_explicit(&ix->refs, 1, memory_order_relaxed);
@@ -293,6 +338,7 @@ void constraint_destroy(constraint **pc) {
     pthread_mutex_destroy(&c->lock);
     regex__free(&c->dfa);
     free(c->pattern);
+    free(c->source);
     free(c->bits);
     free(c->ready);
     free(c->n_allowed);
@@ -303,6 +349,10 @@ void constraint_destroy(constraint **pc) {
 
 const char *constraint_pattern(const constraint *c) {
     return c ? c->pattern : NULL;
+}
+
+constraint_syntax constraint_source_syntax(const constraint *c) {
+    return c ? c->syntax : CONSTRAINT_REGEX;
 }
 
 uint32_t constraint_n_states(const constraint *c) {
@@ -499,8 +549,7 @@ sampler_processor constraint_matcher_processor(constraint_matcher *m) {
 /* ---- cache ----------------------------------------------------------------------------------- */
 
 typedef struct cache_entry {
-    constraint *c; /* the cache's reference; its pattern is the key */
-    size_t len;
+    constraint *c; /* the cache's reference; its syntax and source are the key */
 } cache_entry;
 
 struct constraint_cache {
@@ -545,6 +594,11 @@ void constraint_cache_destroy(constraint_cache **pcc) {
 
 constraint *constraint_compile_cached(constraint_cache *cc, const char *pattern, size_t len,
                                       corral_error *err) {
+    return constraint_compile_cached_as(cc, CONSTRAINT_REGEX, pattern, len, err);
+}
+
+constraint *constraint_compile_cached_as(constraint_cache *cc, constraint_syntax syntax,
+                                         const char *pattern, size_t len, corral_error *err) {
     if (!cc || (!pattern && len)) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "constraint cache: no cache or pattern");
         return NULL;
@@ -553,7 +607,9 @@ constraint *constraint_compile_cached(constraint_cache *cc, const char *pattern,
     constraint *found = NULL;
     for (uint32_t i = 0; i < cc->n && !found; i++) {
         cache_entry e = cc->entries[i];
-        if (e.len != len || (len && memcmp(e.c->pattern, pattern, len) != 0)) continue;
+        if (e.c->syntax != syntax || e.c->source_len != len ||
+            (len && memcmp(e.c->source, pattern, len) != 0))
+            continue;
         memmove(&cc->entries[1], &cc->entries[0], i * sizeof *cc->entries);
         cc->entries[0] = e;
         found = constraint_ref(e.c);
@@ -561,12 +617,12 @@ constraint *constraint_compile_cached(constraint_cache *cc, const char *pattern,
     }
     if (!found) {
         if (!cc->ix) cc->ix = constraint_index_new(cc->tok, err);
-        constraint *c = cc->ix ? constraint_compile(cc->ix, pattern, len, err) : NULL;
+        constraint *c = cc->ix ? constraint_compile_as(cc->ix, syntax, pattern, len, err) : NULL;
         if (c) {
             cc->misses++;
             if (cc->n == cc->capacity) constraint_destroy(&cc->entries[--cc->n].c);
             memmove(&cc->entries[1], &cc->entries[0], cc->n * sizeof *cc->entries);
-            cc->entries[0] = (cache_entry){.c = c, .len = len};
+            cc->entries[0] = (cache_entry){.c = c};
             cc->n++;
             found = constraint_ref(c);
         }

@@ -443,11 +443,11 @@ const char *const *policy_vocab_specials(const policy_vocab *v, size_t *n) {
 }
 
 /* Start a matcher for pattern under v's cache. */
-static corral_status regex_gen_start(policy_vocab *v, const char *pattern, size_t len,
-                                     regex_gen **out, corral_error *err) {
+static corral_status regex_gen_start(policy_vocab *v, constraint_syntax syntax, const char *pattern,
+                                     size_t len, regex_gen **out, corral_error *err) {
     regex_gen *g = calloc(1, sizeof *g);
     if (!g) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "constraint: out of memory");
-    g->c = constraint_compile_cached(v->constraints, pattern, len, err);
+    g->c = constraint_compile_cached_as(v->constraints, syntax, pattern, len, err);
     g->m = g->c ? constraint_matcher_new(g->c, err) : NULL;
     if (!g->m) {
         regex_gen_end(g);
@@ -462,7 +462,8 @@ static int regex_gen_begin(void *instance, const corral_policy_host *host, void 
     /* The built-in needs the model's constraint cache, which only corral's own host has. */
     if (!host || host->count_tokens != host_count_tokens) return CORRAL_POLICY_INTERNAL;
     corral_error err;
-    return regex_gen_start(host->ctx, r->pattern, r->len, (regex_gen **)gen, &err);
+    return regex_gen_start(host->ctx, CONSTRAINT_REGEX, r->pattern, r->len, (regex_gen **)gen,
+                           &err);
 }
 
 /* ---- profiles ----------------------------------------------------------------------------------
@@ -729,6 +730,11 @@ static corral_status hook_begin(policy_gen *g, const corral_policy_v1 *t, void *
 
 policy_gen *policy_gen_new(const policy_profile *p, policy_vocab *v, const char *regex,
                            size_t regex_len, corral_error *err) {
+    return policy_gen_new_as(p, v, CONSTRAINT_REGEX, regex, regex_len, err);
+}
+
+policy_gen *policy_gen_new_as(const policy_profile *p, policy_vocab *v, constraint_syntax syntax,
+                              const char *regex, size_t regex_len, corral_error *err) {
     if (!v) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "policy gen: no vocabulary");
         return NULL;
@@ -743,9 +749,9 @@ policy_gen *policy_gen_new(const policy_profile *p, policy_vocab *v, const char 
         if (!s->table->gen_begin) continue;
         if (hook_begin(g, s->table, s->instance, v, s->name, err) != CORRAL_OK) goto fail;
     }
-    if (regex && regex_len) { /* the request's own regex: the built-in, with its errors */
+    if (regex && regex_len) { /* the request's own constraint: the built-in, with its errors */
         regex_gen *rg = NULL;
-        if (regex_gen_start(v, regex, regex_len, &rg, err) != CORRAL_OK) goto fail;
+        if (regex_gen_start(v, syntax, regex, regex_len, &rg, err) != CORRAL_OK) goto fail;
         g->hooks[g->n++] = (gen_hook){.table = &builtin_regex, .gen = rg};
     }
     g->active = g->n > 0;

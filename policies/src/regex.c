@@ -486,9 +486,13 @@ static int32_t parse_group(parser *p, int depth) {
                         left >= 2 ? s + 1 : "");
         }
     }
-    if (depth + 1 > REGEX_MAX_DEPTH)
+    if (!(p->flags & REGEX_GENERATED) && depth + 1 > REGEX_MAX_DEPTH)
         return perr(p, CORRAL_RESOURCE_EXHAUSTED, open,
                     "groups nested deeper than %d (limit REGEX_MAX_DEPTH)", REGEX_MAX_DEPTH);
+    if (depth + 1 > REGEX_MAX_GENERATED_DEPTH)
+        return perr(p, CORRAL_RESOURCE_EXHAUSTED, open,
+                    "groups nested deeper than %d (limit REGEX_MAX_GENERATED_DEPTH)",
+                    REGEX_MAX_GENERATED_DEPTH);
     int32_t inner = parse_alt(p, depth + 1);
     if (inner < 0) return -1;
     if (!at(p, ')')) return perr(p, CORRAL_INVALID_ARGUMENT, open, "missing ')' for this group");
@@ -600,6 +604,7 @@ static int32_t parse_cat(parser *p, int depth) {
         if (c == '|' || c == ')') break;
         if (c == '^') {
             if (depth == 0 && p->nodes[cat].first_child < 0) {
+                p->nodes[cat].anchors |= ANCHOR_START;
                 p->pos++;
                 continue;
             }
@@ -610,6 +615,7 @@ static int32_t parse_cat(parser *p, int depth) {
         if (c == '$') {
             const size_t next = p->pos + 1;
             if (depth == 0 && (next == p->len || p->pat[next] == '|')) {
+                p->nodes[cat].anchors |= ANCHOR_END;
                 p->pos++;
                 continue;
             }
@@ -642,6 +648,13 @@ static int32_t parse_alt(parser *p, int depth) {
 /* ---- the whole ----------------------------------------------------------------------------------
  */
 
+int32_t regex__parse(parser *p) {
+    int32_t root = parse_alt(p, 0);
+    if (root >= 0 && p->pos < p->len)
+        root = perr(p, CORRAL_INVALID_ARGUMENT, p->pos, "unmatched ')'");
+    return root;
+}
+
 void regex__tree_free(parser *p) {
     for (uint32_t i = 0; i < p->n_sets; i++) rx_free(p->cx, p->sets[i].r);
     rx_free(p->cx, p->sets);
@@ -657,17 +670,22 @@ corral_status regex__compile(const char *pattern, size_t len, uint32_t flags, re
     if (!out) return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "regex: no output");
     memset(out, 0, sizeof *out);
     if (!pattern && len) return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "regex: no pattern");
-    if (len > REGEX_MAX_PATTERN)
+    if (flags & REGEX_GENERATED) {
+        if (len > REGEX_MAX_GENERATED_PATTERN)
+            return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                                    "regex: the generated pattern has %zu bytes; the limit is %u "
+                                    "(REGEX_MAX_GENERATED_PATTERN)",
+                                    len, REGEX_MAX_GENERATED_PATTERN);
+    } else if (len > REGEX_MAX_PATTERN) {
         return corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
                                 "regex: the pattern has %zu bytes; the limit is %d "
                                 "(REGEX_MAX_PATTERN)",
                                 len, REGEX_MAX_PATTERN);
+    }
     rx_ctx cx = {.stage = "the parse", .err = err};
     parser p = {.pat = pattern ? pattern : "", .len = len, .flags = flags, .cx = &cx};
     regex_stats st = {0};
-    int32_t root = parse_alt(&p, 0);
-    if (root >= 0 && p.pos < p.len)
-        root = perr(&p, CORRAL_INVALID_ARGUMENT, p.pos, "unmatched ')'");
+    const int32_t root = regex__parse(&p);
     const bool ok = root >= 0 && regex__automaton(&p, root, flags, out, &st);
     if (!ok && cx.status == CORRAL_OK) rx_fail(&cx, CORRAL_INTERNAL, "internal error");
     regex__tree_free(&p);

@@ -33,6 +33,7 @@ typedef struct byte_edge {
 
 typedef struct subset {
     rx_ctx *cx;
+    uint32_t max_states; /* REGEX_MAX_DFA_STATES, or the REGEX_GENERATED limit */
     uint32_t n_nfa, accept;
     uint32_t *eps_off, *eps_to; /* [n_nfa + 1], [epsilon edges] */
     uint32_t *byte_off;         /* [n_nfa + 1] */
@@ -192,11 +193,13 @@ static int32_t find_or_add(subset *sb, uint32_t n) {
             (n == 0 || memcmp(sb->pool + sb->set_off[d], sb->list, n * sizeof *sb->list) == 0))
             return (int32_t)d;
     }
-    if (sb->n_d >= REGEX_MAX_DFA_STATES) {
+    if (sb->n_d >= sb->max_states) {
         rx_fail(cx, CORRAL_RESOURCE_EXHAUSTED,
-                "the pattern is too complex: its automaton needs more than %d states (limit "
-                "REGEX_MAX_DFA_STATES)",
-                REGEX_MAX_DFA_STATES);
+                "the pattern is too complex: its automaton needs more than %u states (limit "
+                "%s)",
+                sb->max_states,
+                sb->max_states == REGEX_MAX_DFA_STATES ? "REGEX_MAX_DFA_STATES"
+                                                       : "REGEX_MAX_GENERATED_DFA_STATES");
         return -1;
     }
     const uint32_t d = sb->n_d;
@@ -756,7 +759,9 @@ done:;
 bool regex__automaton(parser *p, int32_t root, uint32_t flags, regex_dfa *out, regex_stats *st) {
     rx_ctx *cx = p->cx;
     nfa b = {.p = p, .cx = cx};
-    subset sb = {.cx = cx};
+    subset sb = {.cx = cx,
+                 .max_states = flags & REGEX_GENERATED ? REGEX_MAX_GENERATED_DFA_STATES
+                                                       : REGEX_MAX_DFA_STATES};
     frag f;
     bool ok = false;
     cx->stage = "the NFA's construction";

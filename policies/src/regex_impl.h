@@ -159,7 +159,12 @@ typedef struct node {
     int32_t min, max;
     int32_t set;      /* NODE_SET: index into parser.sets */
     uint32_t at, len; /* where it is in the pattern (NODE_REPEAT: its quantifier) */
+    /* A top-level NODE_CAT: ANCHOR_START if `^` began it, ANCHOR_END if `$` ended it (the
+     * whole-match compile ignores them; regex__rewrite reads them). */
+    uint8_t anchors;
 } node;
+
+enum { ANCHOR_START = 1, ANCHOR_END = 2 };
 
 typedef struct parser {
     const char *pat;
@@ -204,6 +209,10 @@ bool regex__nfa_build(nfa *b, int32_t root, uint32_t flags, frag *out, int64_t *
  * is built (regex__tree_free). Returns false with the error in p->cx; st receives the NFA's and
  * the subset construction's sizes. */
 bool regex__automaton(parser *p, int32_t root, uint32_t flags, regex_dfa *out, regex_stats *st);
+
+/* Stage 1 (regex.c): parse p->pat[0..p->len) into p's tree (p->cx, p->flags set, the rest zero).
+ * The root node, or -1 with the error in p->cx. Free the tree with regex__tree_free. */
+int32_t regex__parse(parser *p);
 
 /* Free p's nodes and sets (regex.c). Idempotent. */
 void regex__tree_free(parser *p);

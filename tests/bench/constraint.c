@@ -3,6 +3,7 @@
  *
  *   build/tests/bench/constraint [--vocab FILE.gguf] [--model FILE.gguf] [--tokens N] [--reps R]
  *   build/tests/bench/constraint --compile
+ *   build/tests/bench/constraint --schema [DIR] [--vocab FILE.gguf]
  *
  * --model: the model for the decode measurement; when the file does not exist, the synthetic
  * model is written there and kept for the next run.
@@ -25,6 +26,11 @@
  *      literal text) and literals of 1-8 KiB, as a constraint and as a deny rule (REGEX_SEARCH):
  *      the outcome (the limit hit), wall and CPU time (median of 5), the compile's own counters
  *      (steps, peak bytes held) and the DFA's size.
+ *   6. (alone with --schema) JSON schemas (json_schema.h): every *.json of DIR (default
+ *      tests/schemas, the schemas the tests use): the schema -> regex time, the whole compile
+ *      (schema, regex, DFA) for the vocabulary, median of 5, the DFA's states and the pattern's
+ *      size, the start state's allowed set; then the per-token constraint cost of generations
+ *      under each schema, cold and warm, as in 3.
  * Timing uses CLOCK_MONOTONIC (and CLOCK_PROCESS_CPUTIME_ID for CPU time); nothing here is run by
  * the tests.
  */
@@ -33,10 +39,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "corral/constraint.h"
 #include "corral/generate.h"
+#include "corral/json_schema.h"
 #include "corral/model.h"
 #include "corral/prompt.h"
 #include "corral/synth.h"
@@ -418,12 +426,126 @@ static void bench_compile(void) {
     free(buf);
 }
 
+/* ---- JSON schemas ------------------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    const long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(fp);
+    if (buf) buf[n] = '\0', *len = (size_t)n;
+    return buf;
+}
+
+static void bench_schemas(const char *dir, const char *vocab) {
+    corral_error err;
+    gguf_file *f = gguf_open(vocab, &err);
+    tokenizer *tok = f ? tok_new_from_gguf(f, &err) : NULL;
+    if (!tok) die(vocab, &err);
+    const int32_t n_vocab = tok_vocab_size(tok);
+    constraint_index *ix = constraint_index_new(tok, &err);
+    if (!ix) die("index", &err);
+    char *names[64];
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d) die(dir, NULL);
+    for (struct dirent *e; (e = readdir(d)) && n < 64;) {
+        const size_t l = strlen(e->d_name);
+        if (l > 5 && !strcmp(e->d_name + l - 5, ".json")) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    printf("## JSON schema constraints\n\nvocabulary: %s (%d tokens); schemas: %s; median of 5\n\n"
+           "| schema | schema bytes | pattern bytes | DFA states | schema -> regex ms | compile "
+           "ms (all) | start-state mask ms |\n|---|---|---|---|---|---|---|\n",
+           vocab, (int)n_vocab, dir);
+    constraint **compiled = calloc(n, sizeof *compiled);
+    char **texts = calloc(n, sizeof *texts);
+    size_t *lens = calloc(n, sizeof *lens);
+    double worst = 0, sum = 0;
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    for (size_t i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        texts[i] = read_file(path, &lens[i]);
+        if (!texts[i]) die(path, NULL);
+        double tr[5], tc[5];
+        size_t re_len = 0;
+        for (int r = 0; r < 5; r++) {
+            char *re;
+            double t0 = now_s();
+            if (json_schema_to_regex(texts[i], lens[i], &re, &re_len, &err)) die(path, &err);
+            tr[r] = now_s() - t0;
+            free(re);
+            constraint_destroy(&compiled[i]);
+            t0 = now_s();
+            compiled[i] =
+                constraint_compile_as(ix, CONSTRAINT_JSON_SCHEMA, texts[i], lens[i], &err);
+            tc[r] = now_s() - t0;
+            if (!compiled[i]) die(path, &err);
+        }
+        constraint_matcher *m = constraint_matcher_new(compiled[i], &err);
+        for (int32_t k = 0; k < n_vocab; k++) logits[k] = 0;
+        const double t0 = now_s();
+        constraint_matcher_mask(m, logits, n_vocab);
+        const double mask_ms = 1e3 * (now_s() - t0);
+        constraint_matcher_destroy(&m);
+        const double med = quantile(tc, 5, 0.5);
+        worst = med > worst ? med : worst;
+        sum += med;
+        printf("| %s | %zu | %zu | %u | %.3f | %.3f | %.3f |\n", names[i], lens[i], re_len,
+               constraint_n_states(compiled[i]), 1e3 * quantile(tr, 5, 0.5), 1e3 * med, mask_ms);
+    }
+    printf("\ncompile (schema to DFA): worst %.3f ms, mean %.3f ms over %zu schemas\n\n",
+           1e3 * worst, n ? 1e3 * sum / (double)n : 0, n);
+    const size_t cap = n * 20 * 210 + 1;
+    double *times = malloc(cap * sizeof *times);
+    for (int warm = 0; warm < 2; warm++) {
+        size_t n_times = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!warm) {
+                constraint_destroy(&compiled[i]);
+                compiled[i] =
+                    constraint_compile_as(ix, CONSTRAINT_JSON_SCHEMA, texts[i], lens[i], &err);
+            }
+            run_random(compiled[i], n_vocab, 20, 2000 + i, times, &n_times, cap);
+        }
+        printf("per-token constraint time, %s (%zu tokens): median %.1f us, p99 %.1f us\n",
+               warm ? "warm" : "cold", n_times, 1e6 * quantile(times, n_times, 0.5),
+               1e6 * quantile(times, n_times, 0.99));
+    }
+    for (size_t i = 0; i < n; i++) {
+        constraint_destroy(&compiled[i]);
+        free(texts[i]);
+        free(names[i]);
+    }
+    free(times);
+    free(logits);
+    free(compiled);
+    free(texts);
+    free(lens);
+    constraint_index_destroy(&ix);
+    tok_destroy(&tok);
+    gguf_destroy(&f);
+}
+
 int main(int argc, char **argv) {
     const char *shared = getenv("CORRAL_SHARED_DIR");
     char vocab_path[1024];
     snprintf(vocab_path, sizeof vocab_path, "%s/vocab/ggml-vocab-llama-spm.gguf",
              shared && *shared ? shared : "../shared");
-    const char *vocab = vocab_path, *model_path = NULL;
+    const char *vocab = vocab_path, *model_path = NULL, *schema_dir = NULL;
     uint32_t n_tokens = 128, reps = 5;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--vocab") && i + 1 < argc) {
@@ -437,11 +559,17 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--compile")) {
             bench_compile();
             return 0;
+        } else if (!strcmp(argv[i], "--schema")) {
+            schema_dir = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : CORRAL_SCHEMA_DIR;
         } else {
             fprintf(stderr, "usage: constraint [--vocab FILE.gguf] [--model FILE.gguf] "
-                            "[--tokens N] [--reps R] | --compile\n");
+                            "[--tokens N] [--reps R] | --compile | --schema [DIR]\n");
             return 2;
         }
+    }
+    if (schema_dir) {
+        bench_schemas(schema_dir, vocab);
+        return 0;
     }
     if (!reps) reps = 1;
     corral_error err;

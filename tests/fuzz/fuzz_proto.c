@@ -37,6 +37,7 @@ static void check_generate(const Corral__V1__Generate *g, const core_generate *c
         check_text(c->messages[i].content, c->messages[i].content_len, "message content");
     }
     check_text(c->constraint, c->constraint_len, "constraint");
+    check_text(c->json_schema, c->json_schema_len, "json_schema");
     FUZZ_CHECK(c->n_stop == g->n_stop, "stop strings");
     for (size_t i = 0; i < c->n_stop; i++) FUZZ_CHECK(c->stop[i] != NULL, "stop %zu NULL", i);
     FUZZ_CHECK(c->priority >= 0 && c->priority <= CFG_PRIORITY_REALTIME, "priority %d",

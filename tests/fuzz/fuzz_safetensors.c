@@ -1,8 +1,9 @@
 /*
  * fuzz_safetensors.c — the safetensors reader (adapters/safetensors.h), the container of PEFT
  * adapters' weights, on arbitrary bytes: the 8-byte header length, the JSON header (through
- * jsonr), every tensor entry and the layout checks; then what the PEFT loader reads of a file that
- * opens: every tensor by index and by name, its first elements as floats, the metadata.
+ * adapter_json, on jansson), every tensor entry and the layout checks; then what the PEFT loader
+ * reads of a file that opens: every tensor by index and by name, its first elements as floats,
+ * the metadata.
  *
  * Invariants: a failure is CORRAL_FORMAT with a message naming the file; a file that opens has
  * tensors whose bytes lie inside the buffer, whose size is their element count times the dtype's

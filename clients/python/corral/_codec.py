@@ -11,6 +11,7 @@ exception of its code.
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence, Union
@@ -48,6 +49,8 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 
 PriorityLike = Union[Priority, str, int]
+# A JSON Schema: a dict (or True), sent as its JSON text, or that text itself.
+JsonSchemaLike = Union[str, Mapping[str, Any], bool]
 
 
 def ping_interval(limit: float) -> float:
@@ -195,6 +198,7 @@ def make_generate(
     deadline_ms: Optional[int],
     regex: Optional[str],
     sanitizer: Optional[str],
+    json_schema: Optional[JsonSchemaLike] = None,
     template: Optional[str],
     stop: Union[str, Sequence[str], None],
     **options: Union[int, float, None],
@@ -229,11 +233,26 @@ def make_generate(
         gen.deadline_ms = check_int("deadline_ms", deadline_ms, 0, _UINT32_MAX)
     if regex is not None:
         gen.constraint = check_str("regex", regex)
+    if json_schema is not None:
+        gen.json_schema = json_schema_text(json_schema)
     if sanitizer is not None:
         gen.sanitizer = check_str("sanitizer", sanitizer)
     if template is not None:
         gen.template = check_str("template", template)
     return gen
+
+
+def json_schema_text(schema: JsonSchemaLike) -> str:
+    """The JSON text of a schema given as a dict (or True) or as text."""
+    if isinstance(schema, str):
+        return check_str("json_schema", schema)
+    if isinstance(schema, (bool, Mapping)):
+        try:
+            return json.dumps(schema, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"json_schema is not JSON: {e}") from None
+    kind = type(schema).__name__
+    raise TypeError(f"json_schema must be a dict, True or a JSON string, not {kind}")
 
 
 def body_of(resp: Any) -> str:

@@ -37,7 +37,7 @@ import zmq
 import zmq.asyncio
 
 from . import _auth, _codec
-from ._codec import PriorityLike
+from ._codec import JsonSchemaLike, PriorityLike
 from ._demux import Demux
 from ._proto import pb
 from .endpoint import default_endpoint
@@ -451,6 +451,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -480,6 +481,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -509,6 +511,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -538,6 +541,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -566,6 +570,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -586,6 +591,7 @@ class AsyncClient:
             session=session,
             deadline_ms=deadline_ms,
             regex=regex,
+            json_schema=json_schema,
             sanitizer=sanitizer,
             template=template,
             stop=stop,
@@ -631,6 +637,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -659,6 +666,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -687,6 +695,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -715,6 +724,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -742,6 +752,7 @@ class AsyncClient:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -768,6 +779,7 @@ class AsyncClient:
             session=session,
             deadline_ms=deadline_ms,
             regex=regex,
+            json_schema=json_schema,
             sanitizer=sanitizer,
             template=template,
             timeout=timeout,

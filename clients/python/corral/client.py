@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, List, Literal, Optional, Sequence, U
 import zmq
 
 from . import _auth, _codec
-from ._codec import PriorityLike
+from ._codec import JsonSchemaLike, PriorityLike
 from ._demux import Demux
 from ._proto import pb
 from .endpoint import default_endpoint
@@ -387,6 +387,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -416,6 +417,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -445,6 +447,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -474,6 +477,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -502,6 +506,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -518,8 +523,13 @@ class Client:
         :class:`~corral.Priority`). ``session``: keep this conversation's state in the daemon so
         the next request sharing its beginning only runs what is new. ``deadline_ms``: the
         daemon gives up after this long (DeadlineExceeded). ``regex``: the whole output must
-        match it (constrained decoding). ``sanitizer``, ``template``: config profile and chat
-        template names overriding the model's. ``timeout``: seconds of daemon silence before
+        match it (constrained decoding). ``json_schema``: the output is a JSON document that this
+        JSON Schema validates (structured output; a dict, or its JSON text; ``{"type":
+        "json_object"}`` for any object); not together with ``regex``. A schema the daemon cannot
+        honour raises :class:`~corral.InvalidArgument` naming the place in the schema
+        (``json schema: #/properties/age/multipleOf: ...``). Stopping by ``max_tokens`` can cut
+        the document: check ``done.stop_reason``. ``sanitizer``, ``template``: config profile and
+        chat template names overriding the model's. ``timeout``: seconds of daemon silence before
         DeadlineExceeded (default: the client's).
 
         Returns the generated text (without the prompt); with ``return_done=True`` a
@@ -543,6 +553,7 @@ class Client:
             session=session,
             deadline_ms=deadline_ms,
             regex=regex,
+            json_schema=json_schema,
             sanitizer=sanitizer,
             template=template,
             stop=stop,
@@ -588,6 +599,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -616,6 +628,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -644,6 +657,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -672,6 +686,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -699,6 +714,7 @@ class Client:
         session: Optional[str] = None,
         deadline_ms: Optional[int] = None,
         regex: Optional[str] = None,
+        json_schema: Optional[JsonSchemaLike] = None,
         sanitizer: Optional[str] = None,
         template: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -728,6 +744,7 @@ class Client:
             session=session,
             deadline_ms=deadline_ms,
             regex=regex,
+            json_schema=json_schema,
             sanitizer=sanitizer,
             template=template,
             timeout=timeout,

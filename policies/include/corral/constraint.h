@@ -17,7 +17,8 @@
  *                       needed, and `mask` applies it. `accept` advances the DFA; `finished` says
  *                       when the output is complete.
  * A constraint_cache keeps compiled constraints by pattern for one tokenizer (the daemon makes
- * one per loaded model).
+ * one per loaded model). A constraint can also be compiled from a JSON Schema (json_schema.h
+ * writes the pattern; CONSTRAINT_JSON_SCHEMA below).
  *
  * Allowed tokens. From DFA state s a token is allowed when its bytes lead from s to a state from
  * which an accepting state can still be reached (the DFA has no other states: the dead ones are
@@ -89,6 +90,14 @@ uint32_t constraint_index_n_tokens(const constraint_index *ix);
 
 typedef struct constraint constraint;
 
+/* What a constraint is compiled from. */
+typedef enum constraint_syntax {
+    CONSTRAINT_REGEX = 0,       /* a pattern, the syntax above */
+    CONSTRAINT_JSON_SCHEMA = 1, /* a JSON Schema's text: json_schema.h turns it into a pattern
+                                   (which may be longer than a hand-written one may be) */
+    CONSTRAINT_SYNTAX_COUNT
+} constraint_syntax;
+
 /* Compile pattern[0..len) (UTF-8) for ix's vocabulary. Takes a reference on ix. Caller owns the
  * result (constraint_destroy). NULL and err filled on failure: CORRAL_INVALID_ARGUMENT for a
  * syntax error, an unsupported construct or a pattern that matches nothing, the message naming it
@@ -98,15 +107,24 @@ typedef struct constraint constraint;
 constraint *constraint_compile(constraint_index *ix, const char *pattern, size_t len,
                                corral_error *err);
 
+/* constraint_compile for a source of either syntax: CONSTRAINT_REGEX as above; for
+ * CONSTRAINT_JSON_SCHEMA the schema's errors (json_schema.h: "json schema: #/properties/age/
+ * multipleOf: ..."), and a pattern the regex compiler finds too large is CORRAL_RESOURCE_EXHAUSTED
+ * "json schema: the schema is too complex to compile: regex: ...". */
+constraint *constraint_compile_as(constraint_index *ix, constraint_syntax syntax,
+                                  const char *source, size_t len, corral_error *err);
+
 /* Add a reference (for another owner). Returns c. Thread-safe. */
 constraint *constraint_ref(constraint *c);
 
 /* Drop the caller's reference; freed with the last one. NULL-safe; sets *c to NULL. */
 void constraint_destroy(constraint **c);
 
-/* The pattern as given (NUL-terminated copy), its DFA's state count, and how many states have
- * their allowed set computed so far. Borrowed / thread-safe. */
+/* The pattern compiled (NUL-terminated copy: the one given, or the one a JSON schema became), the
+ * syntax of what it was compiled from, its DFA's state count, and how many states have their
+ * allowed set computed so far. Borrowed / thread-safe. */
 const char *constraint_pattern(const constraint *c);
+constraint_syntax constraint_source_syntax(const constraint *c);
 uint32_t constraint_n_states(const constraint *c);
 uint32_t constraint_n_masks_built(const constraint *c);
 
@@ -132,6 +150,11 @@ void constraint_cache_destroy(constraint_cache **cc);
  * compilations are serialised by the cache's lock. */
 constraint *constraint_compile_cached(constraint_cache *cc, const char *pattern, size_t len,
                                       corral_error *err);
+
+/* constraint_compile_cached for a source of either syntax (constraint_compile_as); the cache
+ * keys on syntax and source text. */
+constraint *constraint_compile_cached_as(constraint_cache *cc, constraint_syntax syntax,
+                                         const char *source, size_t len, corral_error *err);
 
 /* Lookups that found the pattern, and compilations. */
 void constraint_cache_stats(const constraint_cache *cc, uint64_t *hits, uint64_t *misses);

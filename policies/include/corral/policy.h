@@ -260,6 +260,11 @@ typedef struct policy_gen policy_gen;
 policy_gen *policy_gen_new(const policy_profile *p, policy_vocab *v, const char *regex,
                            size_t regex_len, corral_error *err);
 
+/* policy_gen_new with the request's constraint in either syntax: a regex, or a JSON Schema's
+ * text (CONSTRAINT_JSON_SCHEMA, json_schema.h; its errors name the place in the schema). */
+policy_gen *policy_gen_new_as(const policy_profile *p, policy_vocab *v, constraint_syntax syntax,
+                              const char *source, size_t source_len, corral_error *err);
+
 /* NULL-safe; sets *g to NULL. */
 void policy_gen_destroy(policy_gen **g);
 
