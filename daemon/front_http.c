@@ -134,6 +134,7 @@ static void hreq_free(hreq *r) {
     free(r->messages);
     free(r->stops);
     free(r->text_arg);
+    free(r->schema_text);
     free(r);
 }
 

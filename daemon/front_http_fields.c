@@ -417,6 +417,27 @@ bool http_get_corral_extras(json_t *v, core_generate *g, http_problem *p) {
     return true;
 }
 
+bool http_set_json_output(hreq *r, core_generate *g, json_t *schema, const char *field,
+                          http_problem *p) {
+    if (g->constraint && g->constraint[0])
+        return http_fail(p, 400, field, "%s cannot be combined with corral.regex", field);
+    if (!schema) {
+        /* policies/json_schema.h: this exact schema means any JSON object. */
+        static const char any_object[] = "{\"type\":\"json_object\"}";
+        g->json_schema = any_object;
+        g->json_schema_len = sizeof any_object - 1;
+        return true;
+    }
+    if (!json_is_object(schema))
+        return http_fail(p, 400, field, "%s must be a JSON Schema (an object)", field);
+    free(r->schema_text);
+    r->schema_text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!r->schema_text) return http_fail(p, 500, field, "out of memory");
+    g->json_schema = r->schema_text;
+    g->json_schema_len = strlen(r->schema_text);
+    return true;
+}
+
 void http_now_rfc3339(char *buf, size_t size) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -70,7 +70,8 @@ typedef struct hreq {
     json_t *doc;            /* the parsed body: the job's strings point into it */
     core_message *messages; /* arrays of the core request */
     const char **stops;
-    char *text_arg; /* a prompt the translation had to build (owned) */
+    char *text_arg;    /* a prompt the translation had to build (owned) */
+    char *schema_text; /* a structured-output schema serialized for the core (owned) */
     bool stream, include_usage, chat, ollama;
     bool logprobs;         /* OpenAI logprobs asked for */
     uint32_t top_logprobs; /* alternatives per token */
@@ -187,6 +188,13 @@ bool http_get_stops(hreq *r, json_t *v, const char *param, core_generate *g, htt
 /* corral's own fields ({priority, session, sanitizer, regex, top_k, min_p, repeat_penalty,
  * deadline_ms}) from the object `v` (the body's "corral", or NULL). */
 bool http_get_corral_extras(json_t *v, core_generate *g, http_problem *p);
+
+/* Structured output (OpenAI's response_format, Ollama's format) for the core's JSON-schema
+ * constraint: `schema` a JSON Schema object, or NULL for any JSON object. `field` names the
+ * body's field in errors. Refused together with corral.regex (one output constraint). The
+ * serialized schema is owned by r. */
+bool http_set_json_output(hreq *r, core_generate *g, json_t *schema, const char *field,
+                          http_problem *p);
 
 /* The ISO-8601 UTC time of now (Ollama's created_at). */
 void http_now_rfc3339(char *buf, size_t size);

@@ -107,10 +107,9 @@ static bool read_options(hreq *r, json_t *o, core_generate *g, http_problem *p) 
 
 static bool refuse_unsupported(json_t *body, http_problem *p) {
     json_t *v;
-    if ((v = json_object_get(body, "format")) && !json_is_null(v) &&
-        !(json_is_string(v) && json_string_length(v) == 0))
-        return http_fail(p, 400, "format",
-                         "format (JSON output) is not available in this build of corrald yet");
+    if ((v = json_object_get(body, "format")) && json_is_string(v) && json_string_length(v) &&
+        strcmp(json_string_value(v), "json") != 0)
+        return http_fail(p, 400, "format", "format must be \"json\" or a JSON Schema object");
     static const char *const lists[] = {"images", "tools", "context"};
     for (size_t i = 0; i < 3; i++)
         if ((v = json_object_get(body, lists[i])) && !json_is_null(v) &&
@@ -147,7 +146,14 @@ static bool read_common(hreq *r, json_t *body, core_generate *g, http_problem *p
     g->stream = r->stream;
     if (!read_keep_alive(r, body, p)) return false;
     if (!read_options(r, json_object_get(body, "options"), g, p)) return false;
-    return http_get_corral_extras(json_object_get(body, "corral"), g, p);
+    if (!http_get_corral_extras(json_object_get(body, "corral"), g, p)) return false;
+    /* format: "json" (any JSON object) or a JSON Schema. */
+    json_t *format = json_object_get(body, "format");
+    if (json_is_string(format) && json_string_length(format))
+        return http_set_json_output(r, g, NULL, "format", p);
+    if (format && !json_is_null(format) && !json_is_string(format))
+        return http_set_json_output(r, g, format, "format", p);
+    return true;
 }
 
 static bool generate_prepare(hreq *r, json_t *body, job *j, http_problem *p) {

@@ -70,16 +70,31 @@ static bool refuse_unsupported(json_t *body, http_problem *p) {
             return http_fail(p, 400, "response_format",
                              "response_format must be an object with a type");
         const char *t = json_string_value(type);
-        if (strcmp(t, "json_object") == 0 || strcmp(t, "json_schema") == 0)
-            return http_fail(p, 400, "response_format",
-                             "response_format %s is not available in this build of corrald yet "
-                             "(a regex constraint can be given in corral.regex)",
-                             t);
-        if (strcmp(t, "text") != 0)
+        if (strcmp(t, "text") != 0 && strcmp(t, "json_object") != 0 &&
+            strcmp(t, "json_schema") != 0)
             return http_fail(p, 400, "response_format.type",
                              "response_format.type must be text, json_object or json_schema");
     }
     return true;
+}
+
+/* response_format (its type was checked by refuse_unsupported): json_object is any JSON object,
+ * json_schema the schema in json_schema.schema (`strict` or not: the output always matches). */
+static bool read_response_format(hreq *r, json_t *v, core_generate *g, http_problem *p) {
+    if (!v || json_is_null(v)) return true;
+    const char *t = json_string_value(json_object_get(v, "type"));
+    if (strcmp(t, "json_object") == 0)
+        return http_set_json_output(r, g, NULL, "response_format", p);
+    if (strcmp(t, "json_schema") != 0) return true;
+    json_t *js = json_object_get(v, "json_schema");
+    if (!json_is_object(js))
+        return http_fail(p, 400, "response_format.json_schema",
+                         "response_format.json_schema must be an object with a schema");
+    json_t *schema = json_object_get(js, "schema");
+    if (!schema)
+        return http_fail(p, 400, "response_format.json_schema.schema",
+                         "response_format.json_schema.schema is required");
+    return http_set_json_output(r, g, schema, "response_format.json_schema.schema", p);
 }
 
 /* What chat and completions share: model, stream, sampling, stop, corral's extras. */
@@ -139,7 +154,8 @@ static bool read_common(hreq *r, json_t *body, core_generate *g, http_problem *p
     }
     g->logprobs = r->logprobs;
     g->top_logprobs = r->top_logprobs;
-    return http_get_corral_extras(json_object_get(body, "corral"), g, p);
+    if (!http_get_corral_extras(json_object_get(body, "corral"), g, p)) return false;
+    return read_response_format(r, json_object_get(body, "response_format"), g, p);
 }
 
 /* A message's content: a string, or an array of text parts joined (stored back into the body as

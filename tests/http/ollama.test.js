@@ -118,6 +118,27 @@ test('errors carry the status and the message', async () => {
   );
 });
 
+test('format: a JSON Schema, and "json" for any object', async () => {
+  const schema = {
+    type: 'object',
+    properties: { color: { enum: ['red', 'green', 'blue'] }, count: { type: 'integer', minimum: 1, maximum: 9 } },
+    required: ['color', 'count'],
+  };
+  const r = await ollama.generate({
+    model: 'stories', prompt: 'Pick a color.', format: schema, stream: false,
+    options: { temperature: 0.7, seed: 5, num_predict: 100 },
+  });
+  assert.equal(r.done_reason, 'stop');
+  const v = JSON.parse(r.response);
+  assert.ok(['red', 'green', 'blue'].includes(v.color), r.response);
+  assert.ok(Number.isInteger(v.count) && v.count >= 1 && v.count <= 9, r.response);
+  const any = await ollama.generate({
+    model: 'stories', prompt: 'Once upon a time', format: 'json', stream: false,
+    options: { temperature: 0.5, seed: 2, num_predict: 200 },
+  });
+  if (any.done_reason === 'stop') assert.equal(typeof JSON.parse(any.response), 'object');
+});
+
 test('keep_alive: -1 pins, 0 unloads, a duration unpins; ps shows it', async () => {
   // A generate without a prompt only loads the model.
   const load = await ollama.generate({ model: 'stories', prompt: '', keep_alive: -1 });

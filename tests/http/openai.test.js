@@ -252,6 +252,75 @@ test('corral extras: priority, session and regex constraint', async () => {
   assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0);
 });
 
+// A schema the tiny model can finish inside the token budget: every output that ends with
+// finish_reason 'stop' must parse and validate.
+const PERSON = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', minLength: 1, maxLength: 8 },
+    age: { type: 'integer', minimum: 0, maximum: 120 },
+    pet: { enum: ['cat', 'dog'] },
+  },
+  required: ['name', 'age', 'pet'],
+  additionalProperties: false,
+};
+
+function checkPerson(text) {
+  const v = JSON.parse(text);
+  assert.deepEqual(Object.keys(v), ['name', 'age', 'pet']);
+  assert.equal(typeof v.name, 'string');
+  assert.ok(v.name.length >= 1 && v.name.length <= 8, v.name);
+  assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 120, String(v.age));
+  assert.ok(['cat', 'dog'].includes(v.pet), v.pet);
+}
+
+test('response_format json_schema: the output parses and validates, whole and streamed', async () => {
+  const request = {
+    model: 'stories',
+    messages: [{ role: 'user', content: 'Describe a person as JSON.' }],
+    max_tokens: 200,
+    temperature: 0.7,
+    seed: 7,
+    response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON, strict: true } },
+  };
+  const r = await client.chat.completions.create(request);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  checkPerson(r.choices[0].message.content);
+  const stream = await client.chat.completions.create({ ...request, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(text, r.choices[0].message.content);
+});
+
+test('response_format json_object: any JSON object; a schema it cannot compile is a 400', async () => {
+  const r = await client.chat.completions.create({
+    model: 'stories',
+    messages: [{ role: 'user', content: PROMPT }],
+    max_tokens: 200,
+    temperature: 0.5,
+    seed: 3,
+    response_format: { type: 'json_object' },
+  });
+  if (r.choices[0].finish_reason === 'stop') {
+    const v = JSON.parse(r.choices[0].message.content);
+    assert.equal(typeof v, 'object');
+    assert.ok(v !== null && !Array.isArray(v));
+  } else {
+    assert.equal(r.choices[0].finish_reason, 'length');
+  }
+  await assert.rejects(
+    client.chat.completions.create({
+      model: 'stories',
+      messages: [{ role: 'user', content: PROMPT }],
+      response_format: {
+        type: 'json_schema',
+        json_schema: { name: 'x', schema: { type: 'number', multipleOf: 3 } },
+      },
+    }),
+    (e) => e.status === 400 && /multipleOf/.test(e.message),
+  );
+});
+
 test('an aborted stream cancels its request in the core', async () => {
   const controller = new AbortController();
   const stream = await client.chat.completions.create(
