@@ -296,7 +296,8 @@ static void daemon_start(bench *b, daemon_proc *d, const file_list *seed) {
     snprintf(config, sizeof config, "%s/corral.yaml", d->dir);
     FILE *fp = fopen(config, "w");
     if (!fp) fail("%s: %s", config, strerror(errno));
-    /* All streams run at once (active_per_model), none is refused (the queue limits). */
+    /* All streams run at once (active_per_model), none is refused (the queue limits); the app
+     * loads its models itself (admin). */
     fprintf(fp,
             "# written by tests/bench/concurrency\n"
             "listen: [\"%s\"]\n"
@@ -309,7 +310,7 @@ static void daemon_start(bench *b, daemon_proc *d, const file_list *seed) {
             "  - name: %s\n    path: \"%s\"\n"
             "  - name: %s\n    path: \"%s\"\n"
             "    adapters:\n      - {path: \"%s\", scale: 1.0}\n"
-            "apps:\n  - name: %s\n    max_priority: realtime\n",
+            "apps:\n  - name: %s\n    max_priority: realtime\n    admin: true\n",
             d->endpoint, b->o.threads, CONC_MAX_STREAMS, d->dir, cache_dir, BASE_MODEL, b->f.base,
             COLD_MODEL, b->f.cold, VARIANT_MODEL, b->f.base, b->f.adapter, APP);
     fclose(fp);
