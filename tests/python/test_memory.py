@@ -321,6 +321,15 @@ def test_session_survives_eviction_of_its_model(models, limit, start_corrald, tm
     assert a.swap_outs >= 2 and a.swap_ins >= 2
 
 
+def wait_for_session_images(folder: Path, n: int, timeout: float = 60.0) -> None:
+    """Session state is written to the swap directory by corrald's I/O thread, after the request
+    that needed the room has gone on: wait (bounded) until `n` images are there. Images are
+    written under a temporary name and renamed, so one that is listed is whole."""
+    until = time.monotonic() + timeout
+    while len(list(folder.glob("session-*.gguf"))) < n and time.monotonic() < until:
+        time.sleep(0.05)
+
+
 def corrupt_images(folder: Path, how: str) -> int:
     n = 0
     for image in folder.glob("session-*.gguf"):
@@ -347,6 +356,7 @@ def test_corrupt_swap_image_is_discarded_and_rebuilt(models, limit, start_corral
         assert first == want_texts[0]
         for m in "BC":  # evict A and swap the session out
             c.generate(m, PROMPT, max_tokens=2, temperature=0.0)
+        wait_for_session_images(swap, 1)
         assert corrupt_images(swap, how) == 1
         r = c.generate("A", PROMPT + first + " And then", session="s", max_tokens=12,
                        temperature=0.0, return_done=True)
