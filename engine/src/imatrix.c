@@ -361,7 +361,7 @@ static int read_i32(reader *r, int32_t *out) {
 static imatrix *load_legacy(const char *path, const uint8_t *buf, size_t size, corral_error *err) {
     reader r = {buf, size};
     imatrix *im = imatrix_new();
-    int32_t n_entries;
+    int32_t n_entries = 0;
     if (!im) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "%s: out of memory", path);
         return NULL;
@@ -373,7 +373,7 @@ static imatrix *load_legacy(const char *path, const uint8_t *buf, size_t size, c
                               "%s: not an importance matrix (neither GGUF nor a valid entry count)",
                               path);
     for (int32_t i = 0; st == CORRAL_OK && i < n_entries; i++) {
-        int32_t len, ncall, nval;
+        int32_t len = 0, ncall = 0, nval = 0;
         char name[IMATRIX_MAX_NAME + 1];
         if (read_i32(&r, &len) != 0 || len < 1 || len > IMATRIX_MAX_NAME || (size_t)len > r.left) {
             st = corral_error_set(err, CORRAL_FORMAT, "%s: entry %d: bad name length", path, i);
@@ -408,7 +408,7 @@ static imatrix *load_legacy(const char *path, const uint8_t *buf, size_t size, c
         r.left -= 4 * (size_t)nval;
     }
     /* Optional trailer: the chunk count and the dataset's name. */
-    int32_t chunks, len;
+    int32_t chunks = 0, len = 0;
     if (st == CORRAL_OK && read_i32(&r, &chunks) == 0) {
         im->chunk_count = chunks > 0 ? (uint32_t)chunks : 0;
         if (read_i32(&r, &len) == 0 && len > 0 && (size_t)len <= r.left &&
