@@ -361,7 +361,7 @@ static corral_status choose_budget(const quantize_params *p, quant_tensor *ts, u
         quant_tensor *t = &ts[i];
         if (!t->eligible) continue;
         const candidate *c = &bt[i].c[bt[i].at];
-        if (c->type != t->type) t->reason = QUANTIZE_REASON_BUDGET;
+        t->reason = QUANTIZE_REASON_BUDGET;
         t->type = c->type;
         t->convert = t->type != t->t->type || t->from_source;
         if (!tensor_type_get_traits(t->type)->is_quantized) t->importance = NULL;
