@@ -389,11 +389,21 @@ static const struct {
 static int fallback(const quant_tensor *t, uint32_t *type) {
     const int64_t ncols = t->t->ne[0];
     if (ncols % tensor_type_get_traits(*type)->block_size == 0) return 0;
-    uint32_t to = TENSOR_TYPE_F16; /* llama.cpp fails here; its own last resort instead */
+    uint32_t to = TENSOR_TYPE_COUNT;
     for (size_t i = 0; i < sizeof fallback_table / sizeof fallback_table[0]; i++)
         if (fallback_table[i].from == *type) to = fallback_table[i].to;
+    if (to == TENSOR_TYPE_COUNT) {
+        /* llama.cpp has no fallback here and gives up on the whole file; corral keeps the tensor
+         * in F16, llama.cpp's own last resort for rows that fit nothing. */
+        log_warn("tensor rows fit no block of its type (llama-quantize would stop here): kept in "
+                 "F16",
+                 LOG_STR("tensor", t->name), LOG_INT("columns", ncols),
+                 LOG_STR("type", tensor_type_name(*type)));
+        *type = TENSOR_TYPE_F16;
+        return 1;
+    }
     if (ncols % tensor_type_get_traits(to)->block_size != 0) to = TENSOR_TYPE_F16;
-    log_warn("tensor rows do not fit the type's blocks: falling back", LOG_STR("tensor", t->name),
+    log_info("tensor rows do not fit the type's blocks: falling back", LOG_STR("tensor", t->name),
              LOG_INT("columns", ncols), LOG_STR("type", tensor_type_name(*type)),
              LOG_STR("fallback", tensor_type_name(to)));
     *type = to;
