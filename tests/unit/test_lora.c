@@ -1380,15 +1380,9 @@ END_TEST
 START_TEST(test_bad_peft_pattern_too_long) {
     float a[8 * 64] = {0}, b[64 * 8] = {0};
     st_entry e[2] = {
-        {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
-         "F32",
-         {8, 64},
-         a,
+        {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", "F32", {8, 64}, a,
          sizeof a},
-        {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight",
-         "F32",
-         {64, 8},
-         b,
+        {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", "F32", {64, 8}, b,
          sizeof b},
     };
     enum { STARS = 100000 };
