@@ -315,7 +315,8 @@ static corral_status choose_budget(const quantize_params *p, quant_tensor *ts, u
         for (uint32_t j = 0; st == CORRAL_OK && j < k; j++) {
             const double nsr = t->importance ? (sums[j].aw2 > 0 ? sums[j].ae2 / sums[j].aw2 : 0)
                                              : (sums[j].w2 > 0 ? sums[j].e2 / sums[j].w2 : 0);
-            bt[i].c[j] = (candidate){types[j], tensor_bytes(t, types[j]), nsr};
+            bt[i].c[j] =
+                (candidate){types[j], tensor_bytes(t, types[j]), nsr * t->sensitivity};
         }
         bt[i].n = k;
         hull(&bt[i]);

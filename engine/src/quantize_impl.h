@@ -25,6 +25,7 @@ typedef struct quant_tensor {
     int convert;               /* its bytes are produced (else copied from the input) */
     const float *importance;   /* its importance matrix entry (ne[0] * ne[2] floats), or NULL */
     int64_t importance_stride; /* floats of importance per matrix (ne[0]); 0 when none */
+    double sensitivity; /* the budget's weight of its noise-to-signal ratio (quantize.h) */
     int measured;
     double weight_error, output_error;
 } quant_tensor;

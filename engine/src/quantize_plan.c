@@ -377,6 +377,16 @@ static corral_status recipe_type(recipe_state *s, const quantize_params *p, cons
     return CORRAL_OK;
 }
 
+/* How much a tensor's output noise reaches the logits, relative to a branch tensor of a layer
+ * (quantize.h explains the budget's error): the output projection adds its noise to the logits
+ * directly, while each of the 2 * n_layer branches and the embedding adds a share of the residual
+ * stream; Q and K reach the output only through the softmax of the scores, which damps it. */
+static double sensitivity_of(const recipe_state *s, category cat) {
+    if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD)) return 2.0 * s->n_layer + 1.0;
+    if (cat == CAT_ATTN_Q || cat == CAT_ATTN_K) return 0.25;
+    return 1.0;
+}
+
 /* tensor_type_fallback: a type whose blocks the rows do not fit falls back. 0 when it fits. */
 static const struct {
     tensor_type from, to;
@@ -555,6 +565,7 @@ corral_status quantize__plan_types(const gguf_file *in, const quantize_params *p
     const tensor_type default_type = quantize_ftype_default_type(p->ftype);
     for (uint64_t i = 0; i < n && st == CORRAL_OK; i++) {
         quant_tensor *t = &ts[i];
+        t->sensitivity = sensitivity_of(&s, category_of(t->name));
         if (!allows_quantization(p, t->t, t->name)) {
             t->type = t->t->type;
             t->reason = QUANTIZE_REASON_KEPT;

@@ -46,10 +46,16 @@
  *
  * A size budget (params.target_bpw: bits per weight over all tensors, as llama.cpp counts BPW)
  * chooses each eligible tensor's type (those the recipe would quantize and no override names)
- * among the quantized types its rows fit, to minimise the total error within the budget. The
- * error of a tensor at a type is its output's noise-to-signal ratio (the square of the relative
- * output error above; of the weights' error without an importance matrix). The rule is greedy
- * over convex hulls, the classic one for this multiple-choice knapsack:
+ * among the quantized types its rows fit (Q4_0, Q4_K, Q4_1, Q5_0, Q5_K, Q5_1, Q6_K, Q8_0, F16),
+ * to minimise the total error within the budget. The error of a tensor at a type is its output's
+ * noise-to-signal ratio (the square of the relative output error above; of the weights' error
+ * without an importance matrix), weighted by how directly that noise reaches the logits: in a
+ * pre-norm residual network the output projection puts its noise straight into the logits while
+ * each of the 2 * n_layer branch outputs and the embedding is one share of the residual stream,
+ * so output.weight (or a tied token_embd) weighs 2 * n_layer + 1; attn_q and attn_k reach the
+ * output only through the softmax of the scores, which damps their noise, and weigh 1/4; every
+ * other tensor weighs 1. The rule is greedy over convex hulls, the classic one for this
+ * multiple-choice knapsack:
  *   1. for each tensor, its candidates (type, bytes, error) sorted by bytes, the dominated ones
  *      (more bytes, no less error) and those under the lower convex hull dropped, so each
  *      upgrade along the hull costs more bytes per unit of error saved than the one before;
