@@ -274,8 +274,8 @@ static void hull(budget_tensor *b) {
 }
 
 /* Measure the eligible tensors at every candidate type and choose their types (quantize.h). */
-static corral_status choose_budget(const quantize_params *p, quant_tensor *ts, uint32_t n,
-                                   corral_error *err) {
+static corral_status choose_budget(const gguf_file *in, const quantize_params *p,
+                                   quant_tensor *ts, uint32_t n, corral_error *err) {
     uint64_t n_elements = 0, fixed = 0;
     for (uint32_t i = 0; i < n; i++) n_elements += ts[i].n_elements;
     budget_tensor *bt = calloc(n ? n : 1, sizeof *bt);
@@ -312,6 +312,7 @@ static corral_status choose_budget(const quantize_params *p, quant_tensor *ts, u
         st = source_begin(p, t, err);
         if (st == CORRAL_OK) st = run_rows(p, t, types, k, NULL, 1, sums, err);
         source_end(p, t);
+        gguf_release_range(in, t->t->data, (size_t)t->t->size);
         for (uint32_t j = 0; st == CORRAL_OK && j < k; j++) {
             const double nsr = t->importance ? (sums[j].aw2 > 0 ? sums[j].ae2 / sums[j].aw2 : 0)
                                              : (sums[j].w2 > 0 ? sums[j].e2 / sums[j].w2 : 0);
@@ -381,7 +382,7 @@ static corral_status make_plan(const gguf_file *in, const quantize_params *p, in
     corral_status st = quantize__plan_types(in, p, &ts, n_fallback, err);
     if (st != CORRAL_OK) return st;
     const uint32_t n = (uint32_t)gguf_tensor_count(in);
-    if (p->target_bpw > 0) st = choose_budget(p, ts, n, err);
+    if (p->target_bpw > 0) st = choose_budget(in, p, ts, n, err);
     for (uint32_t i = 0; dry && p->measure && st == CORRAL_OK && i < n; i++) {
         quant_tensor *t = &ts[i];
         if (!t->convert || !tensor_type_get_traits(t->type)->is_quantized) continue;
@@ -394,6 +395,7 @@ static corral_status make_plan(const gguf_file *in, const quantize_params *p, in
         st = source_begin(p, t, err);
         if (st == CORRAL_OK) st = run_rows(p, t, &type, 1, NULL, 1, &s, err);
         source_end(p, t);
+        gguf_release_range(in, t->t->data, (size_t)t->t->size);
         if (st == CORRAL_OK) set_errors(t, &s);
     }
     if (st != CORRAL_OK) {
@@ -461,6 +463,7 @@ corral_status quantize_plan(const gguf_file *in, const quantize_params *params,
 
 typedef struct write_ctx {
     const quantize_params *p;
+    const gguf_file *in;
     quant_tensor *t;
     uint32_t done, total; /* shared progress: every ctx points at the first one's */
     struct write_ctx *first;
@@ -486,6 +489,9 @@ static corral_status fill_tensor(void *user, const char *name, void *dst, uint64
         source_end(p, t);
         if (st == CORRAL_OK && measure) set_errors(t, &s);
     }
+    /* The input is read once, front to back: its pages are given back as each tensor is done, so
+     * the process holds one tensor of it at a time (they stay in the page cache). */
+    gguf_release_range(c->in, t->t->data, (size_t)t->t->size);
     if (st == CORRAL_OK && p->progress)
         p->progress(p->progress_user, "write", ++c->first->done, c->first->total, t->name,
                     t->t->type, t->type);
@@ -567,7 +573,7 @@ corral_status quantize_write(const gguf_file *in, const char *out_path,
     if (st == CORRAL_OK) st = add_metadata(b, in, p, out_path, err);
     for (uint32_t i = 0; st == CORRAL_OK && i < n; i++) {
         quant_tensor *t = &ts[i];
-        ctx[i] = (write_ctx){.p = p, .t = t, .first = &ctx[0], .total = n};
+        ctx[i] = (write_ctx){.p = p, .in = in, .t = t, .first = &ctx[0], .total = n};
         st = w ? image_writer_add_tensor_fill(w, t->name, t->type, t->t->n_dims, t->t->ne,
                                               fill_tensor, &ctx[i], err)
                : gguf_builder_add_tensor_fill(b, t->name, t->type, t->t->n_dims, t->t->ne,
