@@ -253,8 +253,8 @@ static int split_name(gguf_str name, named_tensor *out) {
     return 0;
 }
 
-static imatrix *load_gguf(const char *path, corral_error *err) {
-    gguf_file *f = gguf_open(path, err);
+/* Reads the entries of an open GGUF file (path names it in messages); destroys f. */
+static imatrix *load_gguf(gguf_file *f, const char *path, corral_error *err) {
     if (!f) return NULL;
     imatrix *im = imatrix_new();
     const uint64_t n_tensors = gguf_tensor_count(f);
@@ -420,6 +420,11 @@ static imatrix *load_legacy(const char *path, const uint8_t *buf, size_t size, c
     return im;
 }
 
+/* Legacy files are read whole into memory; this checks the size first. */
+static int legacy_size_ok(uint64_t size) {
+    return size <= LEGACY_MAX_BYTES;
+}
+
 imatrix *imatrix_load(const char *path, corral_error *err) {
     if (!path) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "imatrix_load: no path");
@@ -436,11 +441,11 @@ imatrix *imatrix_load(const char *path, corral_error *err) {
     const size_t got = fread(magic, 1, sizeof magic, fp);
     if (got == sizeof magic && memcmp(magic, "GGUF", 4) == 0) {
         fclose(fp);
-        return load_gguf(path, err);
+        return load_gguf(gguf_open(path, err), path, err);
     }
     struct stat sb;
     if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode) ||
-        (uint64_t)sb.st_size > LEGACY_MAX_BYTES) {
+        !legacy_size_ok((uint64_t)sb.st_size)) {
         fclose(fp);
         corral_error_set(err, CORRAL_FORMAT, "%s: not an importance matrix file", path);
         return NULL;
@@ -458,6 +463,21 @@ imatrix *imatrix_load(const char *path, corral_error *err) {
     free(buf);
     fclose(fp);
     return im;
+}
+
+imatrix *imatrix_load_buffer(const void *data, size_t size, const char *name, corral_error *err) {
+    if (!data && size > 0) {
+        corral_error_set(err, CORRAL_INVALID_ARGUMENT, "imatrix_load_buffer: no data");
+        return NULL;
+    }
+    if (!name) name = "(buffer)";
+    if (size >= 4 && memcmp(data, "GGUF", 4) == 0)
+        return load_gguf(gguf_open_buffer(data, size, name, err), name, err);
+    if (!legacy_size_ok(size)) {
+        corral_error_set(err, CORRAL_FORMAT, "%s: not an importance matrix file", name);
+        return NULL;
+    }
+    return load_legacy(name, data, size, err);
 }
 
 /* ---- writing ----------------------------------------------------------------------------------

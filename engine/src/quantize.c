@@ -162,6 +162,10 @@ static corral_status run_rows(const quantize_params *p, const quant_tensor *t,
                               err_sums *sums, corral_error *err) {
     const uint32_t nth = threadpool_n_threads(p->pool);
     const int64_t ncols = t->t->ne[0];
+    if (ncols <= 0 || t->n_rows <= 0) { /* an empty tensor: nothing to quantize or measure */
+        for (uint32_t k = 0; sums && k < n_types; k++) sums[k] = (err_sums){0};
+        return CORRAL_OK;
+    }
     row_job job = {
         .p = p, .t = t, .types = types, .n_types = n_types, .dst = dst, .measure = measure};
     job.chunk_rows = QUANTIZE_CHUNK_FLOATS / ncols;

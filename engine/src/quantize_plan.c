@@ -500,6 +500,12 @@ static corral_status check_conversion(const quantize_params *p, quant_tensor *t,
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "tensor %s: type %s is not one corral runs", t->name,
                                 tensor_type_name(t->type));
+    /* The two type options bypass the fallback (as in llama.cpp, which then aborts). */
+    const int64_t block = tensor_type_get_traits(t->type)->block_size;
+    if (t->t->ne[0] % block != 0)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "tensor %s: rows of %" PRId64 " do not fit %s's blocks of %" PRId64,
+                                t->name, t->t->ne[0], tensor_type_name(t->type), block);
     if (!t->from_source) {
         const tensor_type_traits *st = tensor_type_get_traits(t->t->type);
         if (t->t->type != TENSOR_TYPE_F32 && (!st || !st->to_float))

@@ -568,6 +568,15 @@ START_TEST(test_errors) {
     p.n_overrides = 1; /* no matcher */
     ck_assert_int_eq(quantize_file(in, tmp_path("x.gguf"), &p, NULL, &err),
                      CORRAL_INVALID_ARGUMENT);
+    /* The type options bypass the fallback: rows that fit no block are an error, not garbage. */
+    char *stories = shared("models/stories260K.gguf");
+    p = quantize_params_default();
+    p.output_tensor_type = TENSOR_TYPE_Q4_K;
+    ck_assert_int_eq(quantize_file(stories, tmp_path("x.gguf"), &p, NULL, &err),
+                     CORRAL_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.message, "output.weight") && strstr(err.message, "rows of 64"), "%s",
+                  err.message);
+    free(stories);
     /* An importance entry of the wrong size, naming it. */
     p = quantize_params_default();
     imatrix *im = imatrix_new();

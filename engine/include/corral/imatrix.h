@@ -55,6 +55,10 @@ typedef struct imatrix imatrix;
  * divide, a negative or non-finite value, no entries). */
 imatrix *imatrix_load(const char *path, corral_error *err);
 
+/* imatrix_load of a file already in memory (tests, fuzzing): the buffer is only read during the
+ * call; `name` is used in messages. */
+imatrix *imatrix_load_buffer(const void *data, size_t size, const char *name, corral_error *err);
+
 /* Write im to path in the GGUF format, atomically. CORRAL_IO naming the path on failure. */
 corral_status imatrix_save(const imatrix *im, const char *path, corral_error *err);
 
