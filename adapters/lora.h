@@ -79,12 +79,16 @@
 #include "corral/status.h"
 #include "corral/threadpool.h"
 
-#define LORA_MAX_ADAPTERS 64
-#define LORA_PATH_MAX     4096
+#define LORA_MAX_ADAPTERS     64
+#define LORA_PATH_MAX         4096
 /* The image kind of merged models. */
-#define LORA_IMAGE_KIND   "merged-model"
-#define LORA_KEY_BASE     "corral.lora.base"
-#define LORA_KEY_ADAPTERS "corral.lora.adapters"
+#define LORA_IMAGE_KIND       "merged-model"
+#define LORA_KEY_BASE         "corral.lora.base"
+#define LORA_KEY_ADAPTERS     "corral.lora.adapters"
+/* The image kind of quantized variants (merged first when they have adapters), and the key that
+ * records their file type (quantize.h's names, e.g. "Q4_K_M"). */
+#define LORA_QUANT_IMAGE_KIND "quantized-model"
+#define LORA_KEY_QUANTIZE     "corral.quantize.type"
 
 /* ---- adapters -------------------------------------------------------------------------------- */
 
@@ -178,6 +182,20 @@ corral_status lora_merge_file(const char *base_path, const lora_source *src, uin
                               const char *out_path, threadpool *pool, lora_merge_report *rep,
                               corral_error *err);
 
+/* Merge adapters src[0..n) (0..LORA_MAX_ADAPTERS) into the full-precision model at base_path in
+ * f32 and quantize the result once to file type `type` (a quantize.h name: "q4_0", "Q4_K_M", ...,
+ * with llama-quantize's recipe for it), written to out_path as a quantized-model image,
+ * atomically: one rounding instead of the two of merging into an already quantized base. A row
+ * is merged exactly as lora_merge_tensor merges it, then quantized as `corral quantize` would
+ * quantize that f32 row (so with no adapter the tensor data equal `corral quantize`'s). The
+ * image records corral.lora.base, corral.lora.adapters (when n > 0) and corral.quantize.type.
+ * Errors: CORRAL_INVALID_ARGUMENT for an unknown type, CORRAL_FAILED_PRECONDITION for a base
+ * with a tensor that is not F32, F16 or BF16 (naming it: merging into an already quantized base
+ * is lora_merge_file's job), and lora_merge_file's. rep may be NULL. Counts one merge. */
+corral_status lora_merge_quantize_file(const char *base_path, const lora_source *src, uint32_t n,
+                                       const char *type, const char *out_path, threadpool *pool,
+                                       lora_merge_report *rep, corral_error *err);
+
 /* The fingerprint of a merge of src[0..n) into base_path (see the file comment): what names a
  * variant in the cache. Reads only the files' identities, never whole files. Errors:
  * CORRAL_NOT_FOUND / CORRAL_IO naming a missing or unreadable input. */
@@ -190,14 +208,19 @@ uint64_t lora_merge_count(void);
 
 /* ---- the cache of merged models -------------------------------------------------------------- */
 
-/* Cached merged models are named LORA_CACHE_FILE_PREFIX<fingerprint>.gguf in the cache directory. */
-#define LORA_CACHE_FILE_PREFIX "lora-"
+/* Cached merged models are named LORA_CACHE_FILE_PREFIX<fingerprint>.gguf in the cache directory,
+ * quantized variants LORA_QUANT_CACHE_FILE_PREFIX<fingerprint>.gguf. */
+#define LORA_CACHE_FILE_PREFIX       "lora-"
+#define LORA_QUANT_CACHE_FILE_PREFIX "quant-"
 
-/* "Give me base X with adapters [(path, scale)...], using cache dir D." */
+/* "Give me base X with adapters [(path, scale)...], using cache dir D" (and "quantized to Q",
+ * which makes a quantized variant: lora_merge_quantize_file's image, from zero or more
+ * adapters). */
 typedef struct lora_variant_request {
     const char *base_path;
     const lora_source *adapters;
-    uint32_t n_adapters;
+    uint32_t n_adapters;        /* 1..LORA_MAX_ADAPTERS; 0..LORA_MAX_ADAPTERS with quantize */
+    const char *quantize;       /* a file type name (quantize.h), or NULL: keep the base's types */
     const char *cache_dir;      /* created (mode 0700) when missing */
     uint64_t cache_limit_bytes; /* after a build, trim the directory to this; 0: no limit */
     threadpool *pool;           /* borrowed, for the merge; NULL: the calling thread */
@@ -218,11 +241,12 @@ typedef struct lora_variant {
     image_trim_report trim; /* what trimming removed after a build */
 } lora_variant;
 
-/* Find or build the merged model for a request. On success out->path names a complete, verified
- * (per req->verify) image; a hit refreshes its LRU time. Errors as lora_fingerprint,
- * lora_merge_file and the cache directory's creation, each naming the file; a failed build leaves
- * no partial file. A corrupt or stale image is replaced, its problem logged and given in
- * out->reason. Thread-safe for different pools. */
+/* Find or build the merged (or quantized) model for a request. On success out->path names a
+ * complete, verified (per req->verify) image; a hit refreshes its LRU time. A quantized build logs
+ * its progress (log_info, every tenth of its tensors). Errors as lora_fingerprint,
+ * lora_merge_file, lora_merge_quantize_file and the cache directory's creation, each naming the
+ * file; a failed build leaves no partial file. A corrupt or stale image is replaced, its problem
+ * logged and given in out->reason. Thread-safe for different pools. */
 corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant *out,
                                    corral_error *err);
 

@@ -59,4 +59,52 @@ struct lora_adapter {
 int lora__adapter_files(const char *path, char files[2][LORA_PATH_MAX], lora_format *format,
                         corral_error *err);
 
+/* One adapter's term in the merge of one tensor: factor · left · right in f32, left n_out x rank
+ * and right rank x n_in (lora_adapter_factors), factor = the user's scale x the scaling. */
+typedef struct lora_term {
+    float *left;
+    float *right;
+    uint32_t rank;
+    float factor;
+} lora_term;
+
+/* The terms of every adapter of list[0..n) that targets base tensor w (named name), in list
+ * order: *out (free with lora__terms_free), *n_terms of them (0: no adapter targets it), the
+ * largest rank in *max_rank. Errors: CORRAL_INVALID_ARGUMENT for an adapter opened against
+ * another base, CORRAL_OUT_OF_MEMORY, lora_adapter_factors'. */
+corral_status lora__terms_load(const gguf_tensor *w, const char *name, const lora_apply *list,
+                               uint32_t n, lora_term **out, uint32_t *n_terms, uint32_t *max_rank,
+                               corral_error *err);
+void lora__terms_free(lora_term *terms, uint32_t n);
+
+/* 1 when some term changes row o (a coefficient factor · left[o][k] is not zero). */
+int lora__row_changed(const lora_term *terms, uint32_t n_terms, int64_t o);
+
+/* row (n_in floats, row o of the tensor) += every term's row o, terms in order, each as
+ * sum_k coef[k] · right[k] with coef[k] = factor · left[o][k] (coef: max rank floats of
+ * scratch). The same arithmetic in the same order whatever the caller, so a merged row is the
+ * same bits in lora_merge_tensor and in a merge that quantizes (lora_quant.c). */
+void lora__add_terms(float *row, int64_t o, const lora_term *terms, uint32_t n_terms, int64_t n_in,
+                     float *coef);
+
+/* The fingerprint of base_path with adapters src[0..n) (min_adapters..LORA_MAX_ADAPTERS of them)
+ * in the given domain, plus `extra` when it is not negative (a quantized variant's file type).
+ * lora_fingerprint is the merged-model case. Errors as lora_fingerprint's. */
+corral_status lora__fingerprint(const char *domain, const char *base_path, const lora_source *src,
+                                uint32_t n, uint32_t min_adapters, int64_t extra,
+                                char out[IMAGE_FINGERPRINT_CHARS + 1], corral_error *err);
+
+/* A quantized variant (lora_quant.c): its fingerprint, and its build into an image of kind
+ * LORA_QUANT_IMAGE_KIND at out_path (merging src[0..n) in f32 first when n > 0). */
+corral_status lora__quant_fingerprint(const char *base_path, const lora_source *src, uint32_t n,
+                                      const char *type, char out[IMAGE_FINGERPRINT_CHARS + 1],
+                                      corral_error *err);
+corral_status lora__quant_build(const char *base_path, const lora_source *src, uint32_t n,
+                                const char *type, const char *fingerprint, const char *out_path,
+                                threadpool *pool, const atomic_int *cancel, int log_progress,
+                                lora_merge_report *rep, corral_error *err);
+
+/* Count one merged (or quantized) model made (lora_merge_count). */
+void lora__count_merge(void);
+
 #endif /* CORRAL_ADAPTERS_LORA_IMPL_H */

@@ -46,6 +46,10 @@ uint64_t lora_merge_count(void) {
     return (uint64_t)atomic_load(&merge_counter);
 }
 
+void lora__count_merge(void) {
+    atomic_fetch_add(&merge_counter, 1);
+}
+
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -55,20 +59,13 @@ static double now_seconds(void) {
 /* ---- one tensor -------------------------------------------------------------------------------
  */
 
-typedef struct merge_term {
-    float *left;  /* n_out x rank */
-    float *right; /* rank x n_in */
-    uint32_t rank;
-    float factor;
-} merge_term;
-
 typedef struct merge_job {
     const uint8_t *src;
     uint8_t *dst;
     const tensor_type_traits *tt;
     int64_t n_in, n_out;
     size_t row_bytes;
-    const merge_term *terms;
+    const lora_term *terms;
     uint32_t n_terms;
     float *scratch; /* per thread: a row of n_in floats, then max rank coefficients */
     size_t scratch_stride;
@@ -89,6 +86,26 @@ static void add_low_rank(float *restrict row, const float *restrict coef,
     }
 }
 
+int lora__row_changed(const lora_term *terms, uint32_t n_terms, int64_t o) {
+    bool changed = false;
+    for (uint32_t t = 0; t < n_terms && !changed; t++) {
+        const lora_term *term = &terms[t];
+        const float *l = term->left + (size_t)o * term->rank;
+        for (uint32_t k = 0; k < term->rank; k++) changed |= term->factor * l[k] != 0.0f;
+    }
+    return changed;
+}
+
+void lora__add_terms(float *row, int64_t o, const lora_term *terms, uint32_t n_terms, int64_t n_in,
+                     float *coef) {
+    for (uint32_t t = 0; t < n_terms; t++) {
+        const lora_term *term = &terms[t];
+        const float *l = term->left + (size_t)o * term->rank;
+        for (uint32_t k = 0; k < term->rank; k++) coef[k] = term->factor * l[k];
+        add_low_rank(row, coef, term->right, term->rank, n_in);
+    }
+}
+
 static void merge_rows(void *arg, uint32_t ith, uint32_t nth) {
     const merge_job *job = arg;
     int64_t r0 = job->n_out * ith / nth, r1 = job->n_out * (ith + 1) / nth;
@@ -97,33 +114,64 @@ static void merge_rows(void *arg, uint32_t ith, uint32_t nth) {
     for (int64_t o = r0; o < r1; o++) {
         const uint8_t *src = job->src + (size_t)o * job->row_bytes;
         uint8_t *dst = job->dst + (size_t)o * job->row_bytes;
-        bool changed = false;
-        for (uint32_t t = 0; t < job->n_terms && !changed; t++) {
-            const merge_term *term = &job->terms[t];
-            const float *l = term->left + (size_t)o * term->rank;
-            for (uint32_t k = 0; k < term->rank; k++) changed |= term->factor * l[k] != 0.0f;
-        }
-        if (!changed) {
+        if (!lora__row_changed(job->terms, job->n_terms, o)) {
             memcpy(dst, src, job->row_bytes);
             continue;
         }
         job->tt->to_float(src, row, job->n_in);
-        for (uint32_t t = 0; t < job->n_terms; t++) {
-            const merge_term *term = &job->terms[t];
-            const float *l = term->left + (size_t)o * term->rank;
-            for (uint32_t k = 0; k < term->rank; k++) coef[k] = term->factor * l[k];
-            add_low_rank(row, coef, term->right, term->rank, job->n_in);
-        }
+        lora__add_terms(row, o, job->terms, job->n_terms, job->n_in, coef);
         job->tt->from_float(row, dst, job->n_in);
     }
 }
 
-static void terms_free(merge_term *terms, uint32_t n) {
+void lora__terms_free(lora_term *terms, uint32_t n) {
     for (uint32_t i = 0; terms && i < n; i++) {
         free(terms[i].left);
         free(terms[i].right);
     }
     free(terms);
+}
+
+corral_status lora__terms_load(const gguf_tensor *w, const char *name, const lora_apply *list,
+                               uint32_t n, lora_term **out, uint32_t *n_terms, uint32_t *max_rank,
+                               corral_error *err) {
+    *out = NULL;
+    *n_terms = *max_rank = 0;
+    lora_term *terms = calloc(n ? n : 1, sizeof *terms);
+    if (!terms)
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "tensor '%s': out of memory", name);
+    corral_status st = CORRAL_OK;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n && st == CORRAL_OK; i++) {
+        int32_t ti = lora_adapter_find_target(list[i].adapter, name);
+        if (ti < 0) continue;
+        const lora_target *t = &list[i].adapter->targets[ti];
+        if (t->n_in != w->ne[0] || t->n_out != w->ne[1]) {
+            st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                  "adapter %s: tensor '%s': opened against another base model",
+                                  list[i].adapter->path, name);
+            break;
+        }
+        lora_term *term = &terms[k++];
+        term->rank = t->rank;
+        term->factor = (float)((double)list[i].scale * (double)t->scaling);
+        term->left = malloc((size_t)t->n_out * t->rank * sizeof(float));
+        term->right = malloc((size_t)t->n_in * t->rank * sizeof(float));
+        if (!term->left || !term->right) {
+            st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "tensor '%s': out of memory", name);
+            break;
+        }
+        st = lora_adapter_factors(list[i].adapter, (uint32_t)ti, term->left, term->right, err);
+        if (t->rank > *max_rank) *max_rank = t->rank;
+    }
+    if (st != CORRAL_OK) {
+        lora__terms_free(terms, k);
+        *max_rank = 0;
+        return st;
+    }
+    *out = terms;
+    *n_terms = k;
+    return CORRAL_OK;
 }
 
 corral_status lora_merge_tensor(const gguf_file *base, uint64_t tensor_index,
@@ -141,36 +189,13 @@ corral_status lora_merge_tensor(const gguf_file *base, uint64_t tensor_index,
                                 " bytes, the tensor has %" PRIu64,
                                 name, dst_size, w->size);
     }
-    merge_term *terms = calloc(n ? n : 1, sizeof *terms);
-    if (!terms)
-        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "tensor '%s': out of memory", name);
-    uint32_t n_terms = 0, max_rank = 0;
-    corral_status st = CORRAL_OK;
-    for (uint32_t i = 0; i < n && st == CORRAL_OK; i++) {
-        int32_t ti = lora_adapter_find_target(list[i].adapter, name);
-        if (ti < 0) continue;
-        const lora_target *t = &list[i].adapter->targets[ti];
-        if (t->n_in != w->ne[0] || t->n_out != w->ne[1]) {
-            st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                  "adapter %s: tensor '%s': opened against another base model",
-                                  list[i].adapter->path, name);
-            break;
-        }
-        merge_term *term = &terms[n_terms++];
-        term->rank = t->rank;
-        term->factor = (float)((double)list[i].scale * (double)t->scaling);
-        term->left = malloc((size_t)t->n_out * t->rank * sizeof(float));
-        term->right = malloc((size_t)t->n_in * t->rank * sizeof(float));
-        if (!term->left || !term->right) {
-            st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "tensor '%s': out of memory", name);
-            break;
-        }
-        st = lora_adapter_factors(list[i].adapter, (uint32_t)ti, term->left, term->right, err);
-        if (t->rank > max_rank) max_rank = t->rank;
-    }
-    if (st == CORRAL_OK && n_terms == 0) {
+    lora_term *terms;
+    uint32_t n_terms, max_rank;
+    corral_status st = lora__terms_load(w, name, list, n, &terms, &n_terms, &max_rank, err);
+    if (st != CORRAL_OK) return st;
+    if (n_terms == 0) {
         memcpy(dst, w->data, (size_t)w->size);
-        terms_free(terms, n_terms);
+        lora__terms_free(terms, n_terms);
         return CORRAL_OK;
     }
     uint32_t nth = threadpool_n_threads(pool);
@@ -197,18 +222,20 @@ corral_status lora_merge_tensor(const gguf_file *base, uint64_t tensor_index,
     }
     if (st == CORRAL_OK) threadpool_run_slices(pool, merge_rows, &job);
     free(job.scratch);
-    terms_free(terms, n_terms);
+    lora__terms_free(terms, n_terms);
     return st;
 }
 
 /* ---- fingerprints -----------------------------------------------------------------------------
  */
 
-static corral_status check_sources(const lora_source *src, uint32_t n, corral_error *err) {
-    if (n < 1 || n > LORA_MAX_ADAPTERS || !src) {
+static corral_status check_sources(const lora_source *src, uint32_t n, uint32_t min,
+                                   corral_error *err) {
+    if (n < min || n > LORA_MAX_ADAPTERS || (n > 0 && !src)) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "%" PRIu32 " adapters: between 1 and %d are merged at once", n,
-                                LORA_MAX_ADAPTERS);
+                                "%" PRIu32 " adapters: between %" PRIu32
+                                " and %d are merged at once",
+                                n, min, LORA_MAX_ADAPTERS);
     }
     for (uint32_t i = 0; i < n; i++) {
         if (!src[i].path) {
@@ -223,15 +250,16 @@ static corral_status check_sources(const lora_source *src, uint32_t n, corral_er
     return CORRAL_OK;
 }
 
-corral_status lora_fingerprint(const char *base_path, const lora_source *src, uint32_t n,
-                               char out[IMAGE_FINGERPRINT_CHARS + 1], corral_error *err) {
+corral_status lora__fingerprint(const char *domain, const char *base_path, const lora_source *src,
+                                uint32_t n, uint32_t min_adapters, int64_t extra,
+                                char out[IMAGE_FINGERPRINT_CHARS + 1], corral_error *err) {
     if (!base_path || !out) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "lora_fingerprint: NULL argument");
     }
-    corral_status st = check_sources(src, n, err);
+    corral_status st = check_sources(src, n, min_adapters, err);
     if (st != CORRAL_OK) return st;
     image_fingerprint fp;
-    image_fingerprint_init(&fp, LORA_MERGE_DOMAIN);
+    image_fingerprint_init(&fp, domain);
     st = image_fingerprint_add_file(&fp, base_path, err);
     if (st != CORRAL_OK) return corral_error_prefix(err, "base model");
     image_fingerprint_add_u64(&fp, n);
@@ -248,8 +276,14 @@ corral_status lora_fingerprint(const char *base_path, const lora_source *src, ui
         }
         image_fingerprint_add_f32(&fp, src[i].scale);
     }
+    if (extra >= 0) image_fingerprint_add_u64(&fp, (uint64_t)extra);
     image_fingerprint_hex(&fp, out);
     return CORRAL_OK;
+}
+
+corral_status lora_fingerprint(const char *base_path, const lora_source *src, uint32_t n,
+                               char out[IMAGE_FINGERPRINT_CHARS + 1], corral_error *err) {
+    return lora__fingerprint(LORA_MERGE_DOMAIN, base_path, src, n, 1, -1, out, err);
 }
 
 /* ---- merged-model images ----------------------------------------------------------------------
@@ -450,12 +484,17 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
     }
     memset(out, 0, sizeof *out);
     double t0 = now_seconds();
-    corral_status st =
-        lora_fingerprint(req->base_path, req->adapters, req->n_adapters, out->fingerprint, err);
+    const char *kind = req->quantize ? LORA_QUANT_IMAGE_KIND : LORA_IMAGE_KIND;
+    const char *prefix = req->quantize ? LORA_QUANT_CACHE_FILE_PREFIX : LORA_CACHE_FILE_PREFIX;
+    corral_status st = req->quantize
+                           ? lora__quant_fingerprint(req->base_path, req->adapters, req->n_adapters,
+                                                     req->quantize, out->fingerprint, err)
+                           : lora_fingerprint(req->base_path, req->adapters, req->n_adapters,
+                                              out->fingerprint, err);
     if (st == CORRAL_OK) st = make_dirs(req->cache_dir, err);
     if (st != CORRAL_OK) return st;
     char name[64];
-    snprintf(name, sizeof name, LORA_CACHE_FILE_PREFIX "%s.gguf", out->fingerprint);
+    snprintf(name, sizeof name, "%s%s.gguf", prefix, out->fingerprint);
     int len = snprintf(out->path, sizeof out->path, "%s/%s", req->cache_dir, name);
     if (len < 0 || (size_t)len >= sizeof out->path) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "cache directory %s: path too long",
@@ -464,8 +503,7 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
 
     image_problem problem;
     corral_error ierr;
-    image *im =
-        image_open(out->path, LORA_IMAGE_KIND, out->fingerprint, req->verify, &problem, &ierr);
+    image *im = image_open(out->path, kind, out->fingerprint, req->verify, &problem, &ierr);
     if (im) {
         image_destroy(&im);
         (void)image_touch(out->path, NULL); /* LRU time; a failure only ages the entry */
@@ -474,27 +512,32 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
         out->lookup_seconds = now_seconds() - t0;
         struct stat sb;
         out->image_bytes = stat(out->path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-        log_debug("merged model from the cache", LOG_STR("path", out->path),
-                  LOG_F64("seconds", out->lookup_seconds));
+        log_debug(req->quantize ? "quantized model from the cache" : "merged model from the cache",
+                  LOG_STR("path", out->path), LOG_F64("seconds", out->lookup_seconds));
         return CORRAL_OK;
     }
     out->reason = problem;
     out->lookup_seconds = now_seconds() - t0;
     if (problem != IMAGE_PROBLEM_MISSING) {
-        log_warn("cached merged model unusable, rebuilding", LOG_STR("path", out->path),
-                 LOG_STR("problem", image_problem_name(problem)), LOG_STR("detail", ierr.message));
+        log_warn(req->quantize ? "cached quantized model unusable, rebuilding"
+                               : "cached merged model unusable, rebuilding",
+                 LOG_STR("path", out->path), LOG_STR("problem", image_problem_name(problem)),
+                 LOG_STR("detail", ierr.message));
     }
     double t1 = now_seconds();
     lora_merge_report rep = {0};
-    st = merge_to_image(req->base_path, req->adapters, req->n_adapters, out->fingerprint, out->path,
-                        req->pool, req->cancel, &rep, err);
+    st = req->quantize
+             ? lora__quant_build(req->base_path, req->adapters, req->n_adapters, req->quantize,
+                                 out->fingerprint, out->path, req->pool, req->cancel, 1, &rep, err)
+             : merge_to_image(req->base_path, req->adapters, req->n_adapters, out->fingerprint,
+                              out->path, req->pool, req->cancel, &rep, err);
     if (st != CORRAL_OK) return st;
     out->merge_seconds = now_seconds() - t1;
     out->image_bytes = rep.file_bytes;
     if (req->cache_limit_bytes > 0) {
         corral_error terr;
-        if (image_dir_trim(req->cache_dir, LORA_CACHE_FILE_PREFIX, req->cache_limit_bytes, name,
-                           &out->trim, &terr) != CORRAL_OK) {
+        if (image_dir_trim(req->cache_dir, LORA_CACHE_FILE_PREFIX "|" LORA_QUANT_CACHE_FILE_PREFIX,
+                           req->cache_limit_bytes, name, &out->trim, &terr) != CORRAL_OK) {
             log_warn("cannot trim the LoRA cache", LOG_STR("dir", req->cache_dir),
                      LOG_STR("detail", terr.message));
         }

@@ -29,6 +29,7 @@
 #include "corral/curve.h"
 #include "corral/endpoint.h"
 #include "corral/evict.h"
+#include "corral/quantize.h"
 
 typedef enum cfg_type {
     CFG_TYPE_BYTES,     /* unsigned byte count, with optional K/M/G/T suffix (KiB = 1024) */
@@ -171,6 +172,13 @@ static const cfg_option model_options[] = {
      NO_HAS,
      .doc = "LoRA adapters merged into `path` ({path, scale}): the entry is a variant of that "
             "base, a model of its own; merged weights are kept in cache.dir"},
+    {.path = "quantize",
+     .type = CFG_TYPE_STRING,
+     .offset = offsetof(cfg_model, quantize),
+     NO_HAS,
+     .doc = "a type (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k): the "
+            "entry is its full-precision `path` (with its adapters merged in f32 first) quantized "
+            "once with llama-quantize's recipe, made on first use and kept in cache.dir"},
     SAMPLING_OPT("temperature", CFG_TYPE_FLOAT, temperature, 0, 100, "sampling temperature"),
     SAMPLING_OPT("top_k", CFG_TYPE_INT, top_k, 0, 1 << 24, "top-k (0 = off)"),
     SAMPLING_OPT("top_p", CFG_TYPE_FLOAT, top_p, 1e-9, 1, "top-p (1 = off)"),
@@ -563,7 +571,7 @@ static const cfg_option root_options[] = {
      .default_value = "[]",
      NO_HAS,
      .doc = "the models served (name, path, context, kv_type, priority, pin, preload, ttl_ms, "
-            "template, adapters: [{path, scale}], defaults: {temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, "
+            "template, adapters: [{path, scale}], quantize, defaults: {temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, "
             "frequency_penalty, penalty_last_n, max_tokens})"},
     {.path = "apps",
      .type = CFG_TYPE_LIST,
@@ -1348,6 +1356,14 @@ static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err
                                         c->models[i].cfg_line, c->models[i].name,
                                         c->models[i].adapters[k].path, strerror(errno));
         }
+    for (size_t i = 0; i < c->n_models; i++) {
+        quantize_ftype ft;
+        if (c->models[i].quantize && quantize_ftype_from_name(c->models[i].quantize, &ft) != 0)
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "%s:%d:3: model '%s': quantize: '%s' is not one of %s", name,
+                                    c->models[i].cfg_line, c->models[i].name,
+                                    c->models[i].quantize, quantize_ftype_names());
+    }
     for (size_t i = 0; i < c->n_models; i++)
         if (c->models[i].sanitizer && !cfg_find_sanitizer(c, c->models[i].sanitizer))
             return corral_error_set(err, CORRAL_INVALID_ARGUMENT,

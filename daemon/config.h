@@ -81,6 +81,8 @@ typedef struct cfg_model {
     char *chat_template;   /* template name overriding the file's; NULL = the file's */
     cfg_adapter *adapters; /* merged into the weights: the entry is a variant of `path` */
     size_t n_adapters;
+    char *quantize;        /* a file type (quantize.h, "q4_k_m"): `path` (its adapters merged
+                              first) quantized once, kept in cache.dir; NULL: none */
     char *sanitizer;       /* profile applied to its input; NULL: none */
     cfg_sampling defaults;
     int cfg_line; /* where the entry starts, for messages */

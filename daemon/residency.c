@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "corral/fault.h"
@@ -47,7 +48,8 @@
  * let the models' total pass memory.limit after a swap-in when nothing else could be evicted. */
 #define MODEL_RESTORE_HEAP_GUESS (1ull << 20)
 /* What the daemon keeps in cache.dir, under one budget (cache.limit). */
-#define CACHE_FILE_PREFIXES      LORA_CACHE_FILE_PREFIX "|" MODEL_REPACK_FILE_PREFIX
+#define CACHE_FILE_PREFIXES \
+    LORA_CACHE_FILE_PREFIX "|" LORA_QUANT_CACHE_FILE_PREFIX "|" MODEL_REPACK_FILE_PREFIX
 
 sched_model *residency_find(struct core *k, const char *name) {
     for (sched_model *m = k->models; m; m = m->next)
@@ -356,13 +358,14 @@ typedef struct load_task {
     int64_t us;
 } load_task;
 
-/* The file to map: the model's own, or for a variant the merged image in cache.dir, merging its
- * adapters first when the cache has no valid image (cancellable between tensors). */
+/* The file to map: the model's own, or for a variant the merged (or quantized) image in
+ * cache.dir, merging its adapters and quantizing first when the cache has no valid image
+ * (cancellable between tensors). */
 static corral_status load_weights_path(load_task *t, corral_error *err) {
     const cfg_model *mc = t->entry;
     const char *path = mc->path;
     lora_variant v;
-    if (mc->n_adapters > 0) {
+    if (mc->n_adapters > 0 || mc->quantize) {
         if (mc->n_adapters > LORA_MAX_ADAPTERS)
             return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                     "model '%s': more than %d adapters", mc->name,
@@ -375,6 +378,7 @@ static corral_status load_weights_path(load_task *t, corral_error *err) {
             .base_path = mc->path,
             .adapters = sources,
             .n_adapters = (uint32_t)mc->n_adapters,
+            .quantize = mc->quantize,
             .cache_dir = t->gen->c->cache_dir,
             .cache_limit_bytes = t->gen->c->cache_limit,
             .pool = t->merge_pool,
@@ -470,7 +474,7 @@ static corral_status load_fresh(load_task *t, corral_error *err) {
  * out: the merge then reports it. */
 static void record_sources(load_task *t) {
     const cfg_model *mc = t->entry;
-    if (mc->n_adapters == 0 || mc->n_adapters > LORA_MAX_ADAPTERS) return;
+    if ((mc->n_adapters == 0 && !mc->quantize) || mc->n_adapters > LORA_MAX_ADAPTERS) return;
     const unsigned scope = mem_scope_default();
     t->sources = calloc(1 + 2 * mc->n_adapters, sizeof *t->sources);
     for (size_t i = 0; t->sources && i <= mc->n_adapters; i++) {
@@ -575,12 +579,13 @@ static void load_finish(struct core *k, core_task *ct) {
     if (t->merged && t->status == CORRAL_OK) {
         sm->merges++;
         sm->merge_us = (int64_t)(t->merge_seconds * 1e6);
-        log_info("variant merged", LOG_STR("model", sm->name), LOG_STR("base", t->entry->path),
+        log_info(t->entry->quantize ? "variant quantized" : "variant merged",
+                 LOG_STR("model", sm->name), LOG_STR("base", t->entry->path),
                  LOG_UINT("adapters", t->entry->n_adapters), LOG_F64("seconds", t->merge_seconds),
                  LOG_STR("reason", image_problem_name(t->merge_reason)),
                  LOG_STR("image", t->weights_path));
     }
-    if (t->status == CORRAL_OK && t->entry->n_adapters) sm->verified = true;
+    if (t->status == CORRAL_OK && (t->entry->n_adapters || t->entry->quantize)) sm->verified = true;
     /* A broken model that is not loaded stays BROKEN (Status keeps saying why) until a load
      * succeeds. */
     const core_model_state unloaded = sm->broken ? CORE_MODEL_BROKEN : CORE_MODEL_UNLOADED;
@@ -731,7 +736,7 @@ static bool files_unchanged(struct core *k, sched_model *sm) {
     image_file_change c = model_file_check(sm->m, &err);
     /* A variant maps its merged image in cache.dir: trimming may delete it, and a merge may
      * replace it, while the mapping keeps its bytes; only a change in place matters. */
-    if (c == IMAGE_FILE_REPLACED && sm->cfg->n_adapters) c = IMAGE_FILE_SAME;
+    if (c == IMAGE_FILE_REPLACED && (sm->cfg->n_adapters || sm->cfg->quantize)) c = IMAGE_FILE_SAME;
     if (c == IMAGE_FILE_MODIFIED) {
         char why[CORRAL_ERROR_MESSAGE_MAX];
         snprintf(why, sizeof why, "%.400s: the weights it maps changed under it", err.message);
@@ -824,7 +829,9 @@ static bool entry_changed(const cfg_model *a, const cfg_model *b) {
     if (a->n_adapters != b->n_adapters || strcmp(a->path, b->path) != 0 ||
         a->context != b->context || a->kv_f32 != b->kv_f32 ||
         (a->chat_template == NULL) != (b->chat_template == NULL) ||
-        (b->chat_template && strcmp(a->chat_template, b->chat_template) != 0))
+        (b->chat_template && strcmp(a->chat_template, b->chat_template) != 0) ||
+        (a->quantize == NULL) != (b->quantize == NULL) ||
+        (b->quantize && strcasecmp(a->quantize, b->quantize) != 0))
         return true;
     for (size_t i = 0; i < b->n_adapters; i++)
         if (strcmp(a->adapters[i].path, b->adapters[i].path) != 0 ||

@@ -18,6 +18,8 @@ int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_imatrix(int argc, char **argv);
 
 /* Commands that talk to corrald (cmd_daemon.c). */
 int cmd_ps(int argc, char **argv);

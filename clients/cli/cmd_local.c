@@ -1,6 +1,7 @@
 /*
  * cmd_local.c — the engine's own tools, no daemon needed: `corral run-local`,
- * `corral tokenize-local` and `corral perplexity`. They use the same engine code as corrald.
+ * `corral tokenize-local`, `corral perplexity` (and its KL divergence from a base model) and
+ * `corral imatrix`. They use the same engine code as corrald.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "corral/constraint.h"
 #include "corral/eval.h"
 #include "corral/generate.h"
+#include "corral/imatrix.h"
 #include "corral/model.h"
 #include "corral/prompt.h"
 #include "corral/threadpool.h"
@@ -464,12 +466,33 @@ int cmd_tokenize_local(int argc, char **argv) {
 
 /* ---- perplexity ----------------------------------------------------------------------------- */
 
+/* Tokenize a text file with m's tokenizer (with BOS, as llama-perplexity does). 0 on success. */
+static int tokenize_file(const char *cmd, const model *m, const char *text_path, int32_t **ids,
+                         size_t *n_ids) {
+    FILE *fp = fopen(text_path, "rb");
+    if (!fp) return cli_fail(cmd, "cannot open %s", text_path), -1;
+    size_t len = 0;
+    char *text = read_all(fp, &len);
+    fclose(fp);
+    if (!text) return cli_fail(cmd, "cannot read %s", text_path), -1;
+    corral_error err;
+    int rc = 0;
+    if (prompt_tokenize_text(model_get_tokenizer(m), text, len, ids, n_ids, &err) != CORRAL_OK) {
+        cli_fail(cmd, "%s", err.message);
+        rc = -1;
+    }
+    free(text);
+    return rc;
+}
+
 int cmd_perplexity(int argc, char **argv) {
-    const char *path = NULL, *text_path = NULL;
+    const char *path = NULL, *text_path = NULL, *kl_base = NULL;
     long n_ctx = 512, n_threads = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-f") == 0 && i + 1 < argc)
             text_path = argv[++i];
+        else if (strcmp(argv[i], "--kl-divergence") == 0 && i + 1 < argc)
+            kl_base = argv[++i];
         else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
             if (cli_parse_long(argv[++i], 16, 1 << 20, &n_ctx))
                 return cli_fail("perplexity", "-c: '%s' is not a context size", argv[i]), 2;
@@ -480,12 +503,18 @@ int cmd_perplexity(int argc, char **argv) {
                                 THREADPOOL_MAX_THREADS),
                        2;
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: corral perplexity MODEL.gguf -f TEXT [-c CTX] [-t THREADS]\n\n"
+            printf("usage: corral perplexity MODEL.gguf -f TEXT [-c CTX] [-t THREADS]\n"
+                   "                         [--kl-divergence BASE.gguf]\n\n"
                    "Perplexity of the model over the text, computed as llama-perplexity does:\n"
                    "non-overlapping chunks of CTX tokens (default 512), each scored on its second\n"
                    "half. Needs a text of at least 2*CTX tokens. THREADS: threads for the forward\n"
                    "pass (default: the number of physical cores; the result does not depend on\n"
-                   "it).\n");
+                   "it).\n\n"
+                   "--kl-divergence BASE.gguf: also run BASE (e.g. the F32 model MODEL was\n"
+                   "quantized from) on the same chunks and print, over the scored tokens, the\n"
+                   "mean, 99th percentile and largest KL(BASE || MODEL) in nats, how often the\n"
+                   "two agree on the most likely token, and both perplexities (one 'name value'\n"
+                   "per line).\n");
             return 0;
         } else if (!path && argv[i][0] != '-')
             path = argv[i];
@@ -494,29 +523,39 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (!path || !text_path)
         return cli_fail("perplexity", "need MODEL.gguf and -f TEXT (see --help)"), 2;
-    FILE *fp = fopen(text_path, "rb");
-    if (!fp) return cli_fail("perplexity", "cannot open %s", text_path);
-    size_t len = 0;
-    char *text = read_all(fp, &len);
-    fclose(fp);
-    if (!text) return cli_fail("perplexity", "cannot read %s", text_path);
 
     corral_error err;
     model *m = model_load(path, NULL, &err);
+    model *base = NULL;
     threadpool *pool = NULL;
     int status = 1;
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (!m || !(pool = threadpool_new((uint32_t)n_threads, &err))) {
+    if (!m || (kl_base && !(base = model_load(kl_base, NULL, &err))) ||
+        !(pool = threadpool_new((uint32_t)n_threads, &err))) {
         cli_fail("perplexity", "%s", err.message);
-    } else if (prompt_tokenize_text(model_get_tokenizer(m), text, len, &ids, &n_ids, &err) !=
-               CORRAL_OK) {
-        cli_fail("perplexity", "%s", err.message);
-    } else {
+    } else if (tokenize_file("perplexity", base ? base : m, text_path, &ids, &n_ids) == 0) {
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         eval_perplexity_result res;
-        if (eval_perplexity(m, pool, ids, n_ids, (uint32_t)n_ctx, &res, &err) != CORRAL_OK) {
+        eval_kl_result kl;
+        if (base) {
+            if (eval_kl_divergence(base, m, pool, ids, n_ids, (uint32_t)n_ctx, &kl, &err) !=
+                CORRAL_OK) {
+                cli_fail("perplexity", "%s", err.message);
+            } else {
+                printf("perplexity %.4f\nbase_perplexity %.4f\nkl_divergence_mean %.6f\n"
+                       "kl_divergence_p99 %.6f\nkl_divergence_max %.6f\ntop1_agreement %.4f\n",
+                       kl.perplexity, kl.ref_perplexity, kl.kl_mean, kl.kl_p99, kl.kl_max,
+                       kl.top1_agreement);
+                fprintf(stderr,
+                        "KL divergence from %s: mean %.6f over %u chunks of %ld tokens (%llu "
+                        "scored), %.2f s, %u threads\n",
+                        kl_base, kl.kl_mean, kl.n_chunks, n_ctx, (unsigned long long)kl.n_scored,
+                        seconds_since(&t0), threadpool_n_threads(pool));
+                status = 0;
+            }
+        } else if (eval_perplexity(m, pool, ids, n_ids, (uint32_t)n_ctx, &res, &err) != CORRAL_OK) {
             cli_fail("perplexity", "%s", err.message);
         } else {
             printf("%.4f\n", res.perplexity);
@@ -529,7 +568,93 @@ int cmd_perplexity(int argc, char **argv) {
         }
     }
     free(ids);
-    free(text);
+    threadpool_destroy(&pool);
+    model_destroy(&base);
+    model_destroy(&m);
+    return status;
+}
+
+/* ---- imatrix -------------------------------------------------------------------------------- */
+
+static void imatrix_progress(void *user, uint32_t done, uint32_t n_chunks) {
+    (void)user;
+    fprintf(stderr, "corral imatrix: chunk %u of %u\n", done, n_chunks);
+}
+
+int cmd_imatrix(int argc, char **argv) {
+    const char *path = NULL, *text_path = NULL, *out_path = NULL;
+    long n_ctx = 0, n_threads = 0, chunks = 0;
+    int process_output = 0, quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-f") == 0 && i + 1 < argc)
+            text_path = argv[++i];
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
+            out_path = argv[++i];
+        else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
+            if (cli_parse_long(argv[++i], 16, 1 << 20, &n_ctx))
+                return cli_fail("imatrix", "-c: '%s' is not a context size", argv[i]), 2;
+        } else if (strcmp(argv[i], "--chunks") == 0 && i + 1 < argc) {
+            if (cli_parse_long(argv[++i], 1, 1 << 30, &chunks))
+                return cli_fail("imatrix", "--chunks: '%s' is not a count", argv[i]), 2;
+        } else if ((strcmp(argv[i], "-t") == 0 || strcmp(argv[i], "--threads") == 0) &&
+                   i + 1 < argc) {
+            if (cli_parse_long(argv[++i], 1, THREADPOOL_MAX_THREADS, &n_threads))
+                return cli_fail("imatrix", "--threads: '%s' is not in 1..%u", argv[i],
+                                THREADPOOL_MAX_THREADS),
+                       2;
+        } else if (strcmp(argv[i], "--process-output") == 0) {
+            process_output = 1;
+        } else if (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+        } else if (strcmp(argv[i], "--help") == 0) {
+            printf(
+                "usage: corral imatrix MODEL.gguf -f TEXT -o IMATRIX.gguf [-c CTX] [--chunks N]\n"
+                "                      [--process-output] [-t THREADS] [-q]\n\n"
+                "Compute an importance matrix for `corral quantize --imatrix`: for every weight\n"
+                "matrix of the model's layers, the mean square of each input column's\n"
+                "activations over the text, as llama-imatrix computes it (chunks of CTX tokens,\n"
+                "default 512, each from an empty cache with BOS first; at least 2 chunks).\n"
+                "Written in llama.cpp's imatrix GGUF format (llama-quantize reads it).\n"
+                "--process-output also collects output.weight; --chunks N stops after N\n"
+                "chunks.\n");
+            return 0;
+        } else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else
+            return cli_fail("imatrix", "unexpected argument %s (see --help)", argv[i]), 2;
+    }
+    if (!path || !text_path || !out_path)
+        return cli_fail("imatrix", "need MODEL.gguf, -f TEXT and -o FILE (see --help)"), 2;
+    corral_error err;
+    model *m = model_load(path, NULL, &err);
+    threadpool *pool = NULL;
+    int status = 1;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (!m || !(pool = threadpool_new((uint32_t)n_threads, &err))) {
+        cli_fail("imatrix", "%s", err.message);
+    } else if (tokenize_file("imatrix", m, text_path, &ids, &n_ids) == 0) {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const imatrix_params ip = {.n_ctx = (uint32_t)n_ctx,
+                                   .max_chunks = (uint32_t)chunks,
+                                   .process_output = process_output,
+                                   .dataset = text_path,
+                                   .progress = quiet ? NULL : imatrix_progress};
+        imatrix *im = imatrix_compute(m, pool, ids, n_ids, &ip, &err);
+        if (!im || imatrix_save(im, out_path, &err) != CORRAL_OK) {
+            cli_fail("imatrix", "%s", err.message);
+        } else {
+            fprintf(stderr,
+                    "corral imatrix: wrote %s: %u entries over %u chunks of %u tokens, %.2f s, "
+                    "%u threads\n",
+                    out_path, imatrix_n_entries(im), imatrix_chunk_count(im),
+                    imatrix_chunk_size(im), seconds_since(&t0), threadpool_n_threads(pool));
+            status = 0;
+        }
+        imatrix_destroy(&im);
+    }
+    free(ids);
     threadpool_destroy(&pool);
     model_destroy(&m);
     return status;

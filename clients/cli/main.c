@@ -25,6 +25,8 @@ static const cli_command cli_commands[] = {
     {"bench", cmd_bench, "measure a model file's prompt and generation speed, memory bandwidth"},
     {"merge", cmd_merge, "merge LoRA adapters into a model file (GGUF or PEFT adapters)"},
     {"keygen", cmd_keygen, "make a CURVE key pair for corrald's tcp endpoints"},
+    {"quantize", cmd_quantize, "quantize a model file (llama-quantize's types and recipes)"},
+    {"imatrix", cmd_imatrix, "compute an importance matrix over calibration text"},
     {"run", cmd_run, "generate text with a model of the running corrald"},
     {"chat", cmd_chat, "chat with a model of the running corrald"},
     {"ps", cmd_ps, "the daemon's models: state, memory, last use, queue"},

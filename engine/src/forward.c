@@ -346,6 +346,8 @@ static void matmul_prepare(struct model_runner *r, matmul_task *task, matmul_job
 /* forward_matmul_group, and with out_rows set (n 1) forward_matmul_rows. */
 static void matmul_run(struct model_runner *r, int n, float *const *out, float *const *out_rows,
                        const model_weight *const *w, const float *x, int64_t n_tok) {
+    for (int i = 0; r->observer && i < n; i++)
+        r->observer(r->observer_user, w[i]->file_data, x, n_tok, w[i]->n_in);
     matmul_task task = {.r = r, .x = x, .n_tok = n_tok};
     size_t widest = 1;
     bool heavy = false; /* a weight of more than one byte per element */
@@ -391,6 +393,11 @@ void forward_matmul(struct model_runner *r, float *out, const model_weight *w, c
 void forward_matmul_rows(struct model_runner *r, float *const *out_rows, const model_weight *w,
                          const float *x, int64_t n_tok) {
     matmul_run(r, 1, NULL, out_rows, &w, x, n_tok);
+}
+
+void model_runner_set_observer(model_runner *r, model_matmul_observer fn, void *user) {
+    r->observer = fn;
+    r->observer_user = fn ? user : NULL;
 }
 
 void forward_get_row(const struct model_runner *r, const model_weight *w, int64_t row, float *dst) {

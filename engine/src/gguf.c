@@ -819,6 +819,19 @@ void gguf_release_pages(const gguf_file *f) {
     if (f && f->mapped && f->size > 0) madvise((void *)f->base, (size_t)f->size, MADV_DONTNEED);
 }
 
+void gguf_release_range(const gguf_file *f, const void *p, size_t n) {
+    if (!f || !f->mapped || !p || n == 0) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = (uintptr_t)f->base, hi = lo + (uintptr_t)f->size;
+    uintptr_t a = (uintptr_t)p, b = a + n;
+    if (b < a || a >= hi || b <= lo) return;
+    if (a < lo) a = lo;
+    if (b > hi) b = hi;
+    a &= ~(page - 1);
+    b = (b + page - 1) & ~(page - 1);
+    madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 void gguf_advise_pages(const gguf_file *f, const void *p, size_t n, gguf_page_use use) {
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
     if (!f || !f->mapped || !p || n == 0) return;

@@ -146,6 +146,9 @@ struct model_runner {
      * whose tokens write to rows of their own: the logits of a batch of sequences),
      * [n_threads][FORWARD_SCATTER_TOKENS * FORWARD_SCATTER_PANELS * KERNEL_PANEL_ROWS]. */
     float *scatter;
+    /* model_runner_set_observer: called before every matrix product (NULL: none). */
+    model_matmul_observer observer;
+    void *observer_user;
 };
 
 /* The tile of forward_matmul_rows' panel outputs, in tokens and panels (runner->scatter). */

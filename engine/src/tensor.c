@@ -28,18 +28,22 @@ static const tensor_type_traits tensor_traits_table[TENSOR_TYPE_COUNT] = {
     [TENSOR_TYPE_Q4_0] = {.name = "Q4_0", .block_size = 32, .type_size = 18, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q4_0,
                           .from_float = tensor__quantize_row_q4_0,
+                          .quantize_weighted = tensor__quantize_row_q4_0_weighted,
                           .vec_dot = tensor__vec_dot_q4_0_q8_0, .vec_dot_type = TENSOR_TYPE_Q8_0},
     [TENSOR_TYPE_Q4_1] = {.name = "Q4_1", .block_size = 32, .type_size = 20, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q4_1,
                           .from_float = tensor__quantize_row_q4_1,
+                          .quantize_weighted = tensor__quantize_row_q4_1_weighted,
                           .vec_dot = tensor__vec_dot_q4_1_q8_1, .vec_dot_type = TENSOR_TYPE_Q8_1},
     [TENSOR_TYPE_Q5_0] = {.name = "Q5_0", .block_size = 32, .type_size = 22, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q5_0,
                           .from_float = tensor__quantize_row_q5_0,
+                          .quantize_weighted = tensor__quantize_row_q5_0_weighted,
                           .vec_dot = tensor__vec_dot_q5_0_q8_0, .vec_dot_type = TENSOR_TYPE_Q8_0},
     [TENSOR_TYPE_Q5_1] = {.name = "Q5_1", .block_size = 32, .type_size = 24, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q5_1,
                           .from_float = tensor__quantize_row_q5_1,
+                          .quantize_weighted = tensor__quantize_row_q5_1_weighted,
                           .vec_dot = tensor__vec_dot_q5_1_q8_1, .vec_dot_type = TENSOR_TYPE_Q8_1},
     [TENSOR_TYPE_Q8_0] = {.name = "Q8_0", .block_size = 32, .type_size = 34, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q8_0,
@@ -53,14 +57,17 @@ static const tensor_type_traits tensor_traits_table[TENSOR_TYPE_COUNT] = {
     [TENSOR_TYPE_Q4_K] = {.name = "Q4_K", .block_size = QK_K, .type_size = 144, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q4_K,
                           .from_float = tensor__quantize_row_q4_K,
+                          .quantize_weighted = tensor__quantize_row_q4_K_weighted,
                           .vec_dot = tensor__vec_dot_q4_K_q8_K, .vec_dot_type = TENSOR_TYPE_Q8_K},
     [TENSOR_TYPE_Q5_K] = {.name = "Q5_K", .block_size = QK_K, .type_size = 176, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q5_K,
                           .from_float = tensor__quantize_row_q5_K,
+                          .quantize_weighted = tensor__quantize_row_q5_K_weighted,
                           .vec_dot = tensor__vec_dot_q5_K_q8_K, .vec_dot_type = TENSOR_TYPE_Q8_K},
     [TENSOR_TYPE_Q6_K] = {.name = "Q6_K", .block_size = QK_K, .type_size = 210, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q6_K,
                           .from_float = tensor__quantize_row_q6_K,
+                          .quantize_weighted = tensor__quantize_row_q6_K_weighted,
                           .vec_dot = tensor__vec_dot_q6_K_q8_K, .vec_dot_type = TENSOR_TYPE_Q8_K},
     [TENSOR_TYPE_Q8_K] = {.name = "Q8_K", .block_size = QK_K, .type_size = 292, .is_quantized = true,
                           .to_float = tensor__dequantize_row_q8_K,
@@ -120,6 +127,23 @@ size_t tensor_row_size(tensor_type type, int64_t n) {
     const tensor_type_traits *t = tensor_type_get_traits(type);
     assert(t && n % t->block_size == 0);
     return (size_t)(n / t->block_size) * t->type_size;
+}
+
+size_t tensor_quantize_rows(tensor_type type, const float *restrict src, void *restrict dst,
+                            int64_t n_rows, int64_t n_per_row, const float *restrict importance) {
+    const tensor_type_traits *t = tensor_type_get_traits(type);
+    assert(t && t->from_float && n_per_row % t->block_size == 0);
+    const size_t row = tensor_row_size(type, n_per_row);
+    if (!importance || !t->quantize_weighted) {
+        /* The reference quantizers work block by block, so all rows go in one call. */
+        t->from_float(src, dst, n_rows * n_per_row);
+    } else {
+        for (int64_t r = 0; r < n_rows; r++) {
+            t->quantize_weighted(src + r * n_per_row, (char *)dst + (size_t)r * row, n_per_row,
+                                 importance);
+        }
+    }
+    return (size_t)n_rows * row;
 }
 
 /* ---- float16 / bfloat16 ---------------------------------------------------------------------- */

@@ -33,27 +33,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Below this, a group of values is treated as all zero by the K-quant scale searches (ggml's
- * GROUP_MAX_EPS): dividing by such a maximum would overflow. */
-#define GROUP_MAX_EPS 1e-15f
-
-/* ---- rounding helpers ------------------------------------------------------------------------ */
-
-/* Round to nearest, ties to even, exactly as ggml's nearest_int: adding 1.5 * 2^23 moves v into
- * [2^23, 2^24), where a float's unit in the last place is 1, so the addition itself rounds v to
- * an integer and leaves integer + 2^22 in the low 23 mantissa bits. Exact for |v| < 2^22, the
- * range every caller guarantees for finite input; for anything else it returns some int without
- * undefined behaviour, and callers clamp the result. */
-static inline int nearest_int(float v) {
-    const float biased = v + 12582912.0f;
-    int32_t bits;
-    memcpy(&bits, &biased, sizeof bits);
-    return (bits & 0x007fffff) - 0x00400000;
-}
-
-static inline int clamp_int(int v, int lo, int hi) {
-    return v < lo ? lo : v > hi ? hi : v;
-}
+/* ---- rounding helpers (nearest_int, clamp_int and GROUP_MAX_EPS are in tensor_quant.h) ----- */
 
 /* The code ggml computes as MIN(hi, (int8_t)v) for v >= 0: truncation toward zero, capped. */
 static inline int trunc_code(float v, int hi) {
@@ -484,9 +464,9 @@ void tensor__quantize_row_q8_1(const float *restrict src, void *restrict dst, in
  * All sums are float and accumulated in index order, exactly as in ggml, so that the choice
  * between two nearly equal candidates is the same and the output is bit-identical.
  */
-static float fit_scale_min(int n, int nmax, const float *restrict x, const float *restrict w,
-                           uint8_t *restrict L, float *restrict the_min, float rmin, float rdelta,
-                           int nstep) {
+float tensor__fit_scale_min(int n, int nmax, const float *restrict x, const float *restrict w,
+                            uint8_t *restrict L, float *restrict the_min, float rmin, float rdelta,
+                            int nstep) {
     uint8_t Laux[32];
     assert(n <= 32);
     float min = x[0], max = x[0];
@@ -548,9 +528,11 @@ static float fit_scale_min(int n, int nmax, const float *restrict x, const float
 }
 
 /*
- * Fit x[i] ~ scale * (L[i] - nmax) with codes L[i] in 0..2*nmax-1, weighting each value by x[i]^2
- * so that large values are reproduced best. (ggml's make_qx_quants with rmse_type 1 and no
- * importance weights; Q6_K uses it for each sub-block of 16.)
+ * Fit x[i] ~ scale * (L[i] - nmax) with codes L[i] in 0..2*nmax-1, minimising the weighted squared
+ * error sum w[i] * (scale * (L[i] - nmax) - x[i])^2. Without importance weights (w NULL) each
+ * value weighs x[i]^2, so that large values are reproduced best. (ggml's make_qx_quants with
+ * rmse_type 1: Q6_K uses it for each sub-block of 16 with nmax 32, and the importance-weighted
+ * Q4_0/Q5_0/Q6_K quantizers of tensor_quant_weighted.c with their weights.)
  *
  * The starting grid maps the value of largest magnitude, `max`, to code -nmax (so the scale has
  * the sign of -max and that value is exact). Then 18 neighbouring grids are tried, mapping max to
@@ -559,7 +541,8 @@ static float fit_scale_min(int n, int nmax, const float *restrict x, const float
  * sumlx^2 / suml2, so the grid with the largest sumlx^2 / suml2 wins (compared without division
  * as sumlx^2 > best * suml2). Returns the scale (0 for an all-zero group).
  */
-static float fit_scale_symmetric(int n, int nmax, const float *restrict x, uint8_t *restrict L) {
+float tensor__fit_scale_symmetric(int n, int nmax, const float *restrict x, const float *restrict w,
+                                  uint8_t *restrict L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; i++) {
         const float ax = fabsf(x[i]);
@@ -577,9 +560,9 @@ static float fit_scale_symmetric(int n, int nmax, const float *restrict x, uint8
     for (int i = 0; i < n; i++) {
         const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (uint8_t)(l + nmax);
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
+        const float wi = w ? w[i] : x[i] * x[i];
+        sumlx += wi * x[i] * (float)l;
+        suml2 += wi * (float)l * (float)l;
     }
     float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
@@ -589,9 +572,9 @@ static float fit_scale_symmetric(int n, int nmax, const float *restrict x, uint8
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
             const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
-            sumlx += w * x[i] * (float)l;
-            suml2 += w * (float)l * (float)l;
+            const float wi = w ? w[i] : x[i] * x[i];
+            sumlx += wi * x[i] * (float)l;
+            suml2 += wi * (float)l * (float)l;
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
             for (int i = 0; i < n; i++) {
@@ -607,39 +590,40 @@ static float fit_scale_symmetric(int n, int nmax, const float *restrict x, uint8
 /* ---- Q4_K and Q5_K shared parts -------------------------------------------------------------- */
 
 /*
- * The 8 sub-block scales sc[j] and mins m[j] (6 bits each) of Q4_K/Q5_K packed in 12 bytes:
- *   bytes 0-3:  low 6 bits sc[0..3], top 2 bits = bits 4-5 of sc[4..7]
- *   bytes 4-7:  low 6 bits m[0..3],  top 2 bits = bits 4-5 of m[4..7]
- *   bytes 8-11: low nibble = bits 0-3 of sc[4..7], high nibble = bits 0-3 of m[4..7]
+ * The end of a Q4_K/Q5_K super-block, shared by the reference and the importance-weighted
+ * quantizers: the 6-bit sub-block scales ls[] and mins lm[] are packed with their fp16
+ * super-block scales d and dmin, and every value is re-rounded against its sub-block's stored
+ * scale and min, so the codes fit the parameters actually stored. A sub-block whose stored
+ * scale is 0 keeps the codes the caller put in L (they then dequantize to -min whatever they
+ * are). Writes the codes (0..nmax) to L.
  */
-static inline void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0x0F) | (q[j - 4] >> 6) << 4);
-        *m = (uint8_t)((q[j + 4] >> 4) | (q[j] >> 6) << 4);
-    }
-}
-
-static void k4_pack_scale_min(uint8_t q[K_SCALE_SIZE], const uint8_t sc[8], const uint8_t m[8]) {
-    for (int j = 0; j < 4; j++) {
-        q[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-        q[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
-        q[j + 8] = (uint8_t)((sc[j + 4] & 0x0F) | (m[j + 4] & 0x0F) << 4);
+void tensor__k4_finish(const float *restrict x, int nmax, const uint8_t ls[QK_K / 32],
+                       const uint8_t lm[QK_K / 32], float d, float dmin, uint8_t L[QK_K],
+                       uint16_t *d_out, uint16_t *dmin_out, uint8_t packed[K_SCALE_SIZE]) {
+    tensor__k4_pack_scale_min(packed, ls, lm);
+    *d_out = tensor_f32_to_fp16(d);
+    *dmin_out = tensor_f32_to_fp16(dmin);
+    const float d_all = from_fp16(*d_out), dmin_all = from_fp16(*dmin_out);
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t sc, m;
+        tensor__k4_scale_min(j, packed, &sc, &m);
+        const float dj = d_all * sc;
+        if (dj == 0.0f) continue;
+        const float dm = dmin_all * m;
+        for (int i = 0; i < 32; i++) {
+            L[32 * j + i] = (uint8_t)clamp_int(nearest_int((x[32 * j + i] + dm) / dj), 0, nmax);
+        }
     }
 }
 
 /*
  * Quantize one super-block of 256 values for Q4_K (nmax 15) or Q5_K (nmax 31), as ggml's
  * quantize_row_q4_K_ref / q5_K_ref:
- *   1. each sub-block of 32 gets its own (scale, min) from fit_scale_min, weighting each value by
- *      rms(sub-block) + |x| (large values matter more, small ones still count);
+ *   1. each sub-block of 32 gets its own (scale, min) from tensor__fit_scale_min, weighting each
+ *      value by rms(sub-block) + |x| (large values matter more, small ones still count);
  *   2. the 8 scales are quantized to 6 bits against d = max scale / 63, the 8 mins against
  *      dmin = max min / 63; d and dmin are stored as fp16;
- *   3. every value is re-rounded against its sub-block's quantized scale and min, so the codes
- *      fit the parameters actually stored. A sub-block whose quantized scale is 0 keeps the codes
- *      of step 1 (they then dequantize to -min whatever they are).
+ *   3. tensor__k4_finish re-rounds every value against the stored parameters.
  * Writes the codes (0..nmax) to L and the block header fields.
  */
 static void k4_quantize_superblock(const float *restrict x, int nmax, float rmin, float rdelta,
@@ -653,7 +637,8 @@ static void k4_quantize_superblock(const float *restrict x, int nmax, float rmin
         for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
-        scales[j] = fit_scale_min(32, nmax, xs, weights, L + 32 * j, &mins[j], rmin, rdelta, nstep);
+        scales[j] =
+            tensor__fit_scale_min(32, nmax, xs, weights, L + 32 * j, &mins[j], rmin, rdelta, nstep);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -669,19 +654,29 @@ static void k4_quantize_superblock(const float *restrict x, int nmax, float rmin
         ls[j] = s < 63 ? s : 63;
         lm[j] = m < 63 ? m : 63;
     }
-    k4_pack_scale_min(packed, ls, lm);
-    *d_out = tensor_f32_to_fp16(max_scale / 63.0f);
-    *dmin_out = tensor_f32_to_fp16(max_min / 63.0f);
+    tensor__k4_finish(x, nmax, ls, lm, max_scale / 63.0f, max_min / 63.0f, L, d_out, dmin_out,
+                      packed);
+}
 
-    const float d_all = from_fp16(*d_out), dmin_all = from_fp16(*dmin_out);
-    for (int j = 0; j < QK_K / 32; j++) {
-        uint8_t sc, m;
-        k4_scale_min(j, packed, &sc, &m);
-        const float d = d_all * sc;
-        if (d == 0.0f) continue;
-        const float dm = dmin_all * m;
-        for (int i = 0; i < 32; i++) {
-            L[32 * j + i] = (uint8_t)clamp_int(nearest_int((x[32 * j + i] + dm) / d), 0, nmax);
+/* The codes L (0..15) of a Q4_K super-block into its nibbles (see tensor_blocks.h). */
+void tensor__q4_K_store_codes(void *restrict block, const uint8_t L[QK_K]) {
+    block_q4_K *y = block;
+    for (int c = 0; c < 4; c++) {
+        for (int l = 0; l < 32; l++) {
+            y->qs[32 * c + l] = (uint8_t)(L[64 * c + l] | L[64 * c + 32 + l] << 4);
+        }
+    }
+}
+
+/* The codes L (0..31) of a Q5_K super-block into its nibbles and fifth bits. */
+void tensor__q5_K_store_codes(void *restrict block, const uint8_t L[QK_K]) {
+    block_q5_K *y = block;
+    memset(y->qh, 0, sizeof y->qh);
+    for (int c = 0; c < 4; c++) {
+        for (int l = 0; l < 32; l++) {
+            const int q0 = L[64 * c + l], q1 = L[64 * c + 32 + l];
+            y->qs[32 * c + l] = (uint8_t)((q0 & 0x0F) | (q1 & 0x0F) << 4);
+            y->qh[l] |= (uint8_t)((q0 >> 4) << (2 * c) | (q1 >> 4) << (2 * c + 1));
         }
     }
 }
@@ -696,8 +691,8 @@ void tensor__dequantize_row_q4_K(const void *restrict src, float *restrict dst, 
         float *y = dst + i * QK_K;
         for (int c = 0; c < 4; c++) {
             uint8_t sc0, m0, sc1, m1;
-            k4_scale_min(2 * c, x[i].scales, &sc0, &m0);
-            k4_scale_min(2 * c + 1, x[i].scales, &sc1, &m1);
+            tensor__k4_scale_min(2 * c, x[i].scales, &sc0, &m0);
+            tensor__k4_scale_min(2 * c + 1, x[i].scales, &sc1, &m1);
             const float d0 = d * sc0, min0 = dmin * m0;
             const float d1 = d * sc1, min1 = dmin * m1;
             const uint8_t *q = x[i].qs + 32 * c;
@@ -716,11 +711,7 @@ void tensor__quantize_row_q4_K(const float *restrict src, void *restrict dst, in
         uint8_t L[QK_K];
         k4_quantize_superblock(src + i * QK_K, 15, -1.0f, 0.1f, 20, L, &y[i].d, &y[i].dmin,
                                y[i].scales);
-        for (int c = 0; c < 4; c++) {
-            for (int l = 0; l < 32; l++) {
-                y[i].qs[32 * c + l] = (uint8_t)(L[64 * c + l] | L[64 * c + 32 + l] << 4);
-            }
-        }
+        tensor__q4_K_store_codes(&y[i], L);
     }
 }
 
@@ -735,7 +726,7 @@ void tensor__vec_dot_q4_K_q8_K(int64_t n, float *restrict s, const void *restric
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        for (int j = 0; j < 8; j++) k4_scale_min(j, x[i].scales, &sc[j], &m[j]);
+        for (int j = 0; j < 8; j++) tensor__k4_scale_min(j, x[i].scales, &sc[j], &m[j]);
         int32_t sum_mins = 0;
         for (int j = 0; j < QK_K / 16; j++) sum_mins += y[i].bsums[j] * m[j / 2];
         int32_t sumi = 0;
@@ -766,8 +757,8 @@ void tensor__dequantize_row_q5_K(const void *restrict src, float *restrict dst, 
         float *y = dst + i * QK_K;
         for (int c = 0; c < 4; c++) {
             uint8_t sc0, m0, sc1, m1;
-            k4_scale_min(2 * c, x[i].scales, &sc0, &m0);
-            k4_scale_min(2 * c + 1, x[i].scales, &sc1, &m1);
+            tensor__k4_scale_min(2 * c, x[i].scales, &sc0, &m0);
+            tensor__k4_scale_min(2 * c + 1, x[i].scales, &sc1, &m1);
             const float d0 = d * sc0, min0 = dmin * m0;
             const float d1 = d * sc1, min1 = dmin * m1;
             const uint8_t *q = x[i].qs + 32 * c;
@@ -788,14 +779,7 @@ void tensor__quantize_row_q5_K(const float *restrict src, void *restrict dst, in
         uint8_t L[QK_K];
         k4_quantize_superblock(src + i * QK_K, 31, -0.5f, 0.1f, 15, L, &y[i].d, &y[i].dmin,
                                y[i].scales);
-        memset(y[i].qh, 0, sizeof y[i].qh);
-        for (int c = 0; c < 4; c++) {
-            for (int l = 0; l < 32; l++) {
-                const int q0 = L[64 * c + l], q1 = L[64 * c + 32 + l];
-                y[i].qs[32 * c + l] = (uint8_t)((q0 & 0x0F) | (q1 & 0x0F) << 4);
-                y[i].qh[l] |= (uint8_t)((q0 >> 4) << (2 * c) | (q1 >> 4) << (2 * c + 1));
-            }
-        }
+        tensor__q5_K_store_codes(&y[i], L);
     }
 }
 
@@ -807,7 +791,7 @@ void tensor__vec_dot_q5_K_q8_K(int64_t n, float *restrict s, const void *restric
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        for (int j = 0; j < 8; j++) k4_scale_min(j, x[i].scales, &sc[j], &m[j]);
+        for (int j = 0; j < 8; j++) tensor__k4_scale_min(j, x[i].scales, &sc[j], &m[j]);
         int32_t sum_mins = 0;
         for (int j = 0; j < QK_K / 16; j++) sum_mins += y[i].bsums[j] * m[j / 2];
         int32_t sumi = 0;
@@ -854,56 +838,62 @@ void tensor__dequantize_row_q6_K(const void *restrict src, float *restrict dst, 
 }
 
 /*
- * As ggml's quantize_row_q6_K_ref: each sub-block of 16 gets a signed scale from
- * fit_scale_symmetric (codes -32..31); the 16 scales are quantized to int8 against
- * d = -max_scale / 128, where max_scale is the scale of largest magnitude (so it maps to -128
- * and the others, of either sign, into -128..127); then every value is re-rounded against its
- * quantized sub-block scale. A super-block whose scales are all ~0 is stored as zeros.
+ * One Q6_K super-block, as ggml's quantize_row_q6_K_ref (qw NULL) and quantize_row_q6_K_impl
+ * (qw: the 256 importance weights of these columns): each sub-block of 16 gets a signed scale
+ * from tensor__fit_scale_symmetric (codes -32..31, each value weighted by x^2, or by its
+ * importance); the 16 scales are quantized to int8 against d = -max_scale / 128, where max_scale
+ * is the scale of largest magnitude (so it maps to -128 and the others, of either sign, into
+ * -128..127); then every value is re-rounded against its quantized sub-block scale. A
+ * super-block whose scales are all ~0 is stored as zeros.
  */
+void tensor__q6_K_quantize_superblock(const float *restrict x, const float *restrict qw,
+                                      void *restrict block) {
+    block_q6_K *y = block;
+    uint8_t L[QK_K];
+    float scales[QK_K / 16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int j = 0; j < QK_K / 16; j++) {
+        scales[j] =
+            tensor__fit_scale_symmetric(16, 32, x + 16 * j, qw ? qw + 16 * j : NULL, L + 16 * j);
+        if (fabsf(scales[j]) > max_abs_scale) {
+            max_abs_scale = fabsf(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    if (max_abs_scale < GROUP_MAX_EPS) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    const float iscale = -128.0f / max_scale;
+    y->d = tensor_f32_to_fp16(1 / iscale);
+    for (int j = 0; j < QK_K / 16; j++) {
+        const int sc = nearest_int(iscale * scales[j]);
+        y->scales[j] = (int8_t)clamp_int(sc, -128, 127);
+    }
+    const float d_all = from_fp16(y->d);
+    for (int j = 0; j < QK_K / 16; j++) {
+        const float d = d_all * y->scales[j];
+        if (d == 0.0f) continue;
+        for (int k = 0; k < 16; k++) {
+            L[16 * j + k] = (uint8_t)(clamp_int(nearest_int(x[16 * j + k] / d), -32, 31) + 32);
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *Lh = L + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            y->ql[64 * h + l] = (uint8_t)((Lh[l] & 0x0F) | (Lh[64 + l] & 0x0F) << 4);
+            y->ql[64 * h + 32 + l] = (uint8_t)((Lh[32 + l] & 0x0F) | (Lh[96 + l] & 0x0F) << 4);
+            y->qh[32 * h + l] = (uint8_t)((Lh[l] >> 4) | (Lh[32 + l] >> 4) << 2 |
+                                          (Lh[64 + l] >> 4) << 4 | (Lh[96 + l] >> 4) << 6);
+        }
+    }
+}
+
 void tensor__quantize_row_q6_K(const float *restrict src, void *restrict dst, int64_t n) {
     assert(n % QK_K == 0);
     block_q6_K *y = dst;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float *x = src + i * QK_K;
-        uint8_t L[QK_K];
-        float scales[QK_K / 16];
-        float max_scale = 0, max_abs_scale = 0;
-        for (int j = 0; j < QK_K / 16; j++) {
-            scales[j] = fit_scale_symmetric(16, 32, x + 16 * j, L + 16 * j);
-            if (fabsf(scales[j]) > max_abs_scale) {
-                max_abs_scale = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
-        }
-        if (max_abs_scale < GROUP_MAX_EPS) {
-            memset(&y[i], 0, sizeof y[i]);
-            continue;
-        }
-        const float iscale = -128.0f / max_scale;
-        y[i].d = tensor_f32_to_fp16(1 / iscale);
-        for (int j = 0; j < QK_K / 16; j++) {
-            const int sc = nearest_int(iscale * scales[j]);
-            y[i].scales[j] = (int8_t)clamp_int(sc, -128, 127);
-        }
-        const float d_all = from_fp16(y[i].d);
-        for (int j = 0; j < QK_K / 16; j++) {
-            const float d = d_all * y[i].scales[j];
-            if (d == 0.0f) continue;
-            for (int k = 0; k < 16; k++) {
-                L[16 * j + k] = (uint8_t)(clamp_int(nearest_int(x[16 * j + k] / d), -32, 31) + 32);
-            }
-        }
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *Lh = L + 128 * h;
-            for (int l = 0; l < 32; l++) {
-                y[i].ql[64 * h + l] = (uint8_t)((Lh[l] & 0x0F) | (Lh[64 + l] & 0x0F) << 4);
-                y[i].ql[64 * h + 32 + l] =
-                    (uint8_t)((Lh[32 + l] & 0x0F) | (Lh[96 + l] & 0x0F) << 4);
-                y[i].qh[32 * h + l] = (uint8_t)((Lh[l] >> 4) | (Lh[32 + l] >> 4) << 2 |
-                                                (Lh[64 + l] >> 4) << 4 | (Lh[96 + l] >> 4) << 6);
-            }
-        }
-    }
+    for (int64_t i = 0; i < n / QK_K; i++)
+        tensor__q6_K_quantize_superblock(src + i * QK_K, NULL, &y[i]);
 }
 
 void tensor__vec_dot_q6_K_q8_K(int64_t n, float *restrict s, const void *restrict vx,

@@ -2,8 +2,9 @@
  * test_lora.c — Check suite for LoRA adapters (adapters/lora.h): merged models against
  * llama.cpp's runtime-LoRA references, GGUF and PEFT forms of one adapter giving bit-identical
  * weights, several adapters against an unmerged computation this file does itself, merges into
- * quantized bases within the type's own quantization error, the cache of merged models, and one
- * test per kind of bad adapter.
+ * quantized bases within the type's own quantization error, the cache of merged models, merging
+ * in f32 and quantizing once (closer to the F32 reference than merging into a quantized base;
+ * without adapters, `corral quantize`'s bytes), and one test per kind of bad adapter.
  *
  * Error budgets (the engine-correctness bounds of test_model.c; the references use an F32 KV
  * cache, and so do these runs):
@@ -28,6 +29,7 @@
 #include "corral/gguf.h"
 #include "corral/image.h"
 #include "corral/model.h"
+#include "corral/quantize.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
 #include "corral/tokenizer.h"
@@ -1397,6 +1399,127 @@ START_TEST(test_bad_peft_pattern_too_long) {
 }
 END_TEST
 
+/* ---- merge, then quantize ---------------------------------------------------------------------
+ */
+
+/* RMS distance of the teacher-forced logits of model `path` from a reference logits file. */
+static double logits_rms(const char *path, const char *stem) {
+    char rel[300];
+    snprintf(rel, sizeof rel, "reference/%s.ids.txt", stem);
+    int32_t ids[64];
+    const int n = ref_read_ids(rel, ids, 64);
+    ck_assert_int_eq(n, 32);
+    float *got = run_logits(path, ids, n);
+    snprintf(rel, sizeof rel, "reference/%s.logits.f32", stem);
+    size_t cnt;
+    float *ref = ref_read_f32(rel, &cnt);
+    ck_assert_ptr_nonnull(ref);
+    ck_assert_uint_eq(cnt, (size_t)n * N_VOCAB);
+    double sum = 0;
+    for (size_t i = 0; i < cnt; i++) sum += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+    free(got);
+    free(ref);
+    return sqrt(sum / (double)cnt);
+}
+
+/* The acceptance of merge-then-quantize: the shared adapter merged into the F32 base in f32 and
+ * quantized once to Q4_0 is closer to llama.cpp's F32 runtime-LoRA logits than the same adapter
+ * merged into the Q4_0 base (quantized, dequantized, merged and quantized again). */
+START_TEST(test_merge_then_quantize_beats_quantize_then_merge) {
+    char *f32 = shared("models/stories260K.gguf"), *q4 = shared("models/stories260K-q4_0.gguf");
+    char *ad = shared(SHARED_GGUF);
+    lora_source s = {ad, 1.0f};
+    corral_error err;
+    lora_merge_report rep;
+    ck_assert_msg(lora_merge_quantize_file(f32, &s, 1, "q4_0", tmp_path("mq.gguf"), NULL, &rep,
+                                           &err) == CORRAL_OK,
+                  "%s", err.message);
+    ck_assert_uint_eq(rep.n_merged_tensors, 35);
+    ck_assert_int_eq(lora_merge_file(q4, &s, 1, tmp_path("qm.gguf"), NULL, NULL, &err), CORRAL_OK);
+    const double once = logits_rms(tmp_path("mq.gguf"), "stories260K__lora-r8-s100");
+    const double twice = logits_rms(tmp_path("qm.gguf"), "stories260K__lora-r8-s100");
+    printf("  logits RMS from the F32 reference: merge then quantize %.4f, quantize then merge "
+           "%.4f\n",
+           once, twice);
+    ck_assert_msg(once < twice, "merge-then-quantize %.4g is not closer than %.4g", once, twice);
+    /* Both files have the same types: the difference is the rounding alone. */
+    gguf_file *a = gguf_open(tmp_path("mq.gguf"), &err), *b = gguf_open(tmp_path("qm.gguf"), &err);
+    ck_assert(a && b);
+    for (uint64_t i = 0; i < gguf_tensor_count(b); i++) {
+        const gguf_tensor *tb = gguf_tensor_at(b, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)tb->name.len, tb->name.data);
+        const gguf_tensor *ta = gguf_find_tensor(a, name);
+        ck_assert_ptr_nonnull(ta);
+        ck_assert_msg(ta->type == tb->type, "%s: %s and %s", name, tensor_type_name(ta->type),
+                      tensor_type_name(tb->type));
+    }
+    gguf_str v;
+    ck_assert_int_eq(gguf_get_str(a, LORA_KEY_QUANTIZE, &v, &err), CORRAL_OK);
+    ck_assert(gguf_str_eq(v, "Q4_0"));
+    gguf_destroy(&a);
+    gguf_destroy(&b);
+    free(f32);
+    free(q4);
+    free(ad);
+}
+END_TEST
+
+/* A quantized variant without adapters is `corral quantize`'s output (every tensor's bytes) in a
+ * checksummed image in the cache, made once: the second request maps it. With an adapter, the
+ * untouched tensors keep those bytes and the targeted ones move. */
+START_TEST(test_quantized_variant_cache) {
+    char *base = shared("models/synth-llama-f32.gguf");
+    corral_error err;
+    quantize_params qp = quantize_params_default();
+    qp.ftype = QUANTIZE_FTYPE_Q4_K_M;
+    ck_assert_int_eq(quantize_file(base, tmp_path("plain.gguf"), &qp, NULL, &err), CORRAL_OK);
+    const char *cache = tmp_path("cache");
+    lora_variant_request req = {
+        .base_path = base, .quantize = "q4_k_m", .cache_dir = cache, .verify = IMAGE_VERIFY_FULL};
+    lora_variant v1, v2;
+    const uint64_t merges = lora_merge_count();
+    ck_assert_msg(lora_variant_prepare(&req, &v1, &err) == CORRAL_OK, "%s", err.message);
+    ck_assert_int_eq(v1.cache_hit, 0);
+    ck_assert_uint_eq(lora_merge_count(), merges + 1);
+    ck_assert_msg(strstr(v1.path, "/" LORA_QUANT_CACHE_FILE_PREFIX) != NULL, "%s", v1.path);
+    ck_assert_int_eq(lora_variant_prepare(&req, &v2, &err), CORRAL_OK);
+    ck_assert_int_eq(v2.cache_hit, 1);
+    ck_assert_str_eq(v1.path, v2.path);
+    ck_assert_uint_eq(lora_merge_count(), merges + 1);
+    image_problem problem;
+    image *im = image_open(v1.path, LORA_QUANT_IMAGE_KIND, v1.fingerprint, IMAGE_VERIFY_FULL,
+                           &problem, &err);
+    ck_assert_msg(im != NULL, "%s", err.message);
+    gguf_file *plain = gguf_open(tmp_path("plain.gguf"), &err);
+    const gguf_file *g = image_gguf(im);
+    ck_assert_uint_eq(gguf_tensor_count(g), gguf_tensor_count(plain));
+    for (uint64_t i = 0; i < gguf_tensor_count(plain); i++) {
+        const gguf_tensor *a = gguf_tensor_at(plain, i), *b = gguf_tensor_at(g, i);
+        ck_assert(a->type == b->type && a->size == b->size);
+        ck_assert(memcmp(a->data, b->data, (size_t)a->size) == 0);
+    }
+    /* Another type is another variant; a merged-model request does not take this image. */
+    req.quantize = "q8_0";
+    lora_variant v3;
+    ck_assert_int_eq(lora_variant_prepare(&req, &v3, &err), CORRAL_OK);
+    ck_assert_str_ne(v3.fingerprint, v1.fingerprint);
+    image_destroy(&im);
+    gguf_destroy(&plain);
+    /* Errors: an unknown type, a quantized base. */
+    req.quantize = "q3_k_m";
+    ck_assert_int_eq(lora_variant_prepare(&req, &v3, &err), CORRAL_INVALID_ARGUMENT);
+    char *q8 = shared("models/synth-llama-q8_0.gguf");
+    ck_assert_int_eq(
+        lora_merge_quantize_file(q8, NULL, 0, "q4_0", tmp_path("x.gguf"), NULL, NULL, &err),
+        CORRAL_FAILED_PRECONDITION);
+    ck_assert_msg(strstr(err.message, "full-precision") != NULL, "%s", err.message);
+    ck_assert(!file_exists(tmp_path("x.gguf")));
+    free(q8);
+    free(base);
+}
+END_TEST
+
 static Suite *lora_suite(void) {
     Suite *s = suite_create("lora");
     TCase *core = tcase_create("core");
@@ -1411,6 +1534,8 @@ static Suite *lora_suite(void) {
     tcase_add_test(core, test_quantized_bases_within_own_quantization_error);
     tcase_add_test(core, test_cache_second_load_does_no_merge);
     tcase_add_test(core, test_synth_adapter_deterministic);
+    tcase_add_test(core, test_merge_then_quantize_beats_quantize_then_merge);
+    tcase_add_test(core, test_quantized_variant_cache);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_checked_fixture(limits, tmp_setup, tmp_teardown);

@@ -30,4 +30,26 @@ corral_status eval_perplexity(const model *m, threadpool *pool, const int32_t *t
                               size_t n_tokens, uint32_t n_ctx, eval_perplexity_result *out,
                               corral_error *err);
 
+/* How far a model's predictions are from a reference model's on the same text. */
+typedef struct eval_kl_result {
+    double kl_mean;        /* mean over scored tokens of KL(reference || model), nats */
+    double kl_max;         /* the largest of them */
+    double kl_p99;         /* their 99th percentile */
+    double top1_agreement; /* share of scored tokens whose most likely next token is the same */
+    double perplexity;     /* the model's perplexity on the same tokens */
+    double ref_perplexity; /* the reference's */
+    uint32_t n_chunks;
+    uint64_t n_scored;
+} eval_kl_result;
+
+/* KL divergence of model m from the reference ref (e.g. a quantized model from its F32 original:
+ * llama-perplexity's --kl-divergence): the same chunks and scored positions as eval_perplexity,
+ * and at each, KL(p_ref || p_m) = sum_v p_ref(v) (log p_ref(v) - log p_m(v)) over the vocabulary,
+ * in double. The two models must have the same vocabulary size (CORRAL_INVALID_ARGUMENT
+ * otherwise); the tokens are the reference's tokenization. Errors and the pool as
+ * eval_perplexity's. */
+corral_status eval_kl_divergence(const model *ref, const model *m, threadpool *pool,
+                                 const int32_t *tokens, size_t n_tokens, uint32_t n_ctx,
+                                 eval_kl_result *out, corral_error *err);
+
 #endif /* CORRAL_EVAL_H */

@@ -99,6 +99,11 @@ const void *gguf_file_data(const gguf_file *f);   /* start of the mapping */
  * Nothing for a file parsed from a caller's buffer. */
 void gguf_release_pages(const gguf_file *f);
 
+/* The same for the pages of [p, p + n) only (the whole pages it touches; the part outside the
+ * mapping is ignored): a reader that streams through a file once (corral quantize) keeps its
+ * resident memory at what it is reading now. Nothing for a file parsed from a caller's buffer. */
+void gguf_release_range(const gguf_file *f, const void *p, size_t n);
+
 /* How a stretch of a mapped file is read, for the kernel's choice of page size. */
 typedef enum gguf_page_use {
     GGUF_PAGES_STREAMED, /* read whole, again and again (weights a matrix product streams): 2 MiB

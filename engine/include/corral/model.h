@@ -216,6 +216,19 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
 /* NULL-safe; sets *r to NULL. */
 void model_runner_destroy(model_runner **r);
 
+/* Watching the matrix products of a runner's forward passes (calibration: imatrix.h). The
+ * observer is called on the thread that runs the pass, once per weight matrix per product,
+ * before the product: `weight` is that matrix's data in the model file (gguf_tensor.data of its
+ * tensor in model_get_gguf(m), whatever layout the kernels use), and x[n_tok][n_in] the product's
+ * input rows (borrowed for the call; floats, before any rounding to the weight's partner type).
+ * The logits do not change. */
+typedef void (*model_matmul_observer)(void *user, const void *weight, const float *x,
+                                      int64_t n_tok, int64_t n_in);
+
+/* Set (fn non-NULL) or clear (fn NULL) r's observer; user is passed back to it. Not while a
+ * forward pass runs on r. */
+void model_runner_set_observer(model_runner *r, model_matmul_observer fn, void *user);
+
 /* Which logits model_forward writes. */
 typedef enum model_logits {
     MODEL_LOGITS_NONE = 0, /* none (prompt prefill whose logits are not needed) */

@@ -7,6 +7,9 @@
  *   - to_float:   dequantize n elements (n a multiple of the block size)
  *   - from_float: the reference quantizer (deterministic round-to-nearest, as ggml's *_ref
  *                 functions), used for activations, LoRA merging and `corral quantize`
+ *   - quantize_weighted: the quantizer llama.cpp uses when it has an importance matrix (ggml's
+ *                 quantize_row_*_impl): a row whose columns carry weights; NULL for types that
+ *                 ignore importance (Q8_0, the float types)
  *   - vec_dot:    dot product of a row of this type with a row of its vec_dot_type: activations
  *                 are quantized per block to that type first (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
  *                 Q4_1/Q5_1, Q8_K for the K-quants, F16 for F16, BF16 for BF16, F32 for F32), the
@@ -67,17 +70,22 @@ typedef void (*tensor_from_float_fn)(const float *restrict src, void *restrict d
 /* *s = sum over n elements of x[i] * y[i], x a row of this type, y a row of its vec_dot_type. */
 typedef void (*tensor_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict x,
                                   const void *restrict y);
+/* Quantize one row of n elements (a multiple of the block size) minimising the error weighted by
+ * importance[j] per column j (importance >= 0, finite). */
+typedef void (*tensor_quantize_weighted_fn)(const float *restrict src, void *restrict dst,
+                                            int64_t n, const float *restrict importance);
 
 typedef struct tensor_type_traits {
-    const char *name;       /* "Q4_K" */
-    int64_t block_size;     /* elements per block */
-    size_t type_size;       /* bytes per block */
-    bool is_quantized;      /* block-quantized (not a plain float or integer type) */
+    const char *name;   /* "Q4_K" */
+    int64_t block_size; /* elements per block */
+    size_t type_size;   /* bytes per block */
+    bool is_quantized;  /* block-quantized (not a plain float or integer type) */
     /* Kernels: NULL for types corral can describe but not compute with. */
     tensor_to_float_fn to_float;
     tensor_from_float_fn from_float;
     tensor_vec_dot_fn vec_dot;
     tensor_type vec_dot_type;
+    tensor_quantize_weighted_fn quantize_weighted;
 } tensor_type_traits;
 
 /* The traits of a type id, or NULL for an id ggml never defined (4, 5, 31-33, 36-38, >= 40).
@@ -96,6 +104,16 @@ int tensor_type_from_name(const char *name, tensor_type *out);
 
 /* Bytes of a row of n elements; n must be a multiple of the block size (asserted). */
 size_t tensor_row_size(tensor_type type, int64_t n);
+
+/* Quantize (or convert) n_rows rows of n_per_row floats into `type`, as llama.cpp's
+ * ggml_quantize_chunk does: with importance (n_per_row weights, one per column, >= 0 and finite)
+ * the type's importance-weighted quantizer where it has one, else the reference quantizer.
+ * n_per_row must be a multiple of the block size and the type must have a from_float kernel
+ * (asserted: callers check tensor_type_get_traits first). Rows are quantized independently, so a
+ * matrix may be split across threads by rows. Returns the bytes written
+ * (n_rows * tensor_row_size). Allocates nothing; thread-safe. */
+size_t tensor_quantize_rows(tensor_type type, const float *restrict src, void *restrict dst,
+                            int64_t n_rows, int64_t n_per_row, const float *restrict importance);
 
 /* IEEE half and bfloat16 conversions, bit-exact with ggml's scalar ones (round to nearest even;
  * NaN stays NaN). */
