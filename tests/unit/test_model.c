@@ -502,6 +502,14 @@ START_TEST(test_threads_bit_identical_quantized) {
 }
 END_TEST
 
+/* qwen3's per-head norms, gemma3's window, post norms and GeGLU, phi3's fused views. */
+START_TEST(test_threads_bit_identical_new_archs) {
+    check_thread_counts_identical("synth-qwen3-q4_k_m", MODEL_COMPUTE_FAST, KV_TYPE_F16);
+    check_thread_counts_identical("synth-gemma3-q8_0", MODEL_COMPUTE_FAST, KV_TYPE_F32);
+    check_thread_counts_identical("synth-phi3-q4_k_m", MODEL_COMPUTE_FAST, KV_TYPE_F16);
+}
+END_TEST
+
 START_TEST(test_threads_bit_identical_f32) {
     check_thread_counts_identical("stories260K", MODEL_COMPUTE_FAST, KV_TYPE_F32);
     check_thread_counts_identical("synth-llama-f32", MODEL_COMPUTE_FAST, KV_TYPE_F16);
@@ -891,6 +899,12 @@ START_TEST(test_repacked_weights_cache_k_quants) {
 }
 END_TEST
 
+/* phi3's fused attn_qkv and gate+up: one tensor in the image, its views bound at their rows. */
+START_TEST(test_repacked_weights_cache_fused) {
+    check_repack_cache("models/synth-phi3-q4_k_m.gguf");
+}
+END_TEST
+
 /* ---- weights released and restored (swap) ---------------------------------------------------- */
 
 /* Resident kB of this process's mapping that contains addr (/proc/self/smaps), or -1. */
@@ -1067,7 +1081,8 @@ static int32_t batch_token(const int32_t *ids, uint32_t n_vocab, int s, uint32_t
     return ids[(uint32_t)(s * 5 + 3 * (int)i) % 32] % (int32_t)n_vocab;
 }
 
-/* The cache contents of positions [0, n_pos) (keys and values of every layer and head) equal. */
+/* The cache contents of positions [0, n_pos) (keys and values of every layer and head; a sliding
+ * layer's from its first held position) equal. */
 static void check_same_cache(const kv_cache *a, const kv_cache *b, uint32_t n_layer,
                              uint32_t n_head_kv, const char *what) {
     ck_assert_uint_eq(kv_cache_n_pos(a), kv_cache_n_pos(b));
@@ -1077,8 +1092,10 @@ static void check_same_cache(const kv_cache *a, const kv_cache *b, uint32_t n_la
                 size_t ra, rb;
                 const void *pa = kv_cache_rows(a, il, h, values, &ra);
                 const void *pb = kv_cache_rows(b, il, h, values, &rb);
+                const uint32_t first = kv_cache_layer_first(a, il);
                 ck_assert_uint_eq(ra, rb);
-                ck_assert_msg(memcmp(pa, pb, ra * kv_cache_n_pos(a)) == 0,
+                ck_assert_uint_eq(first, kv_cache_layer_first(b, il));
+                ck_assert_msg(memcmp(pa, pb, ra * (kv_cache_n_pos(a) - first)) == 0,
                               "%s: cache layer %u head %u %s differ", what, il, h,
                               values ? "values" : "keys");
             }
@@ -1187,6 +1204,15 @@ END_TEST
 START_TEST(test_batch_equals_alone_qwen2_stories) {
     static const char *const stems[] = {"synth-qwen2-f16", "synth-qwen2-f32", "synth-qwen2-q8_0",
                                         "stories260K-q4_0"};
+    check_batch_models(stems, sizeof stems / sizeof stems[0]);
+}
+END_TEST
+
+/* qwen3 (q/k norms), gemma3 (a window of 10 in contexts of 192: mixed sliding and full layers),
+ * phi3 (fused views). */
+START_TEST(test_batch_equals_alone_new_archs) {
+    static const char *const stems[] = {"synth-gemma3-q8_0", "synth-qwen3-q4_k_m",
+                                        "synth-phi3-q4_k_m", "synth-phi3-f32"};
     check_batch_models(stems, sizeof stems / sizeof stems[0]);
 }
 END_TEST
@@ -1318,6 +1344,7 @@ static Suite *model_suite(void) {
     suite_add_tcase(s, core);
     TCase *threads = tcase_create("threads");
     tcase_add_test(threads, test_threads_bit_identical_quantized);
+    tcase_add_test(threads, test_threads_bit_identical_new_archs);
     tcase_add_test(threads, test_threads_bit_identical_f32);
     tcase_add_test(threads, test_threads_bit_identical_reference_mode);
     tcase_add_test(threads, test_threads_match_exact_logits);
@@ -1337,6 +1364,7 @@ static Suite *model_suite(void) {
     tcase_add_checked_fixture(batch, tmp_setup, tmp_teardown);
     tcase_add_test(batch, test_batch_equals_alone_llama);
     tcase_add_test(batch, test_batch_equals_alone_qwen2_stories);
+    tcase_add_test(batch, test_batch_equals_alone_new_archs);
     tcase_add_test(batch, test_batch_equals_alone_odd_vocab);
     suite_add_tcase(s, batch);
     TCase *batch_limits = tcase_create("batch_limits");
@@ -1349,6 +1377,7 @@ static Suite *model_suite(void) {
     tcase_add_checked_fixture(cache, tmp_setup, tmp_teardown);
     tcase_add_test(cache, test_repacked_weights_cache);
     tcase_add_test(cache, test_repacked_weights_cache_k_quants);
+    tcase_add_test(cache, test_repacked_weights_cache_fused);
     tcase_add_test(cache, test_release_restore_cached_image);
     tcase_add_test(cache, test_release_restore_in_memory);
     tcase_add_test(cache, test_release_restore_file_layout);
