@@ -57,7 +57,9 @@ static corral_status model_read_swa(struct model *m, corral_error *err) {
     const char *a = hp->arch;
     corral_status st;
     m->layer_swa = calloc(hp->n_layer, 1);
-    if (!m->layer_swa) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    m->swa_before = calloc(hp->n_layer, sizeof *m->swa_before);
+    if (!m->layer_swa || !m->swa_before)
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     m->rope_swa = m->rope;
     if (!m->arch->swa) return CORRAL_OK;
     if (strcmp(a, "gemma3") == 0 && hp->n_layer == 62)
@@ -82,6 +84,7 @@ static corral_status model_read_swa(struct model *m, corral_error *err) {
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         m->layer_swa[il] =
             hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1 ? 1 : 0;
+        m->swa_before[il] = hp->n_swa_layers;
         hp->n_swa_layers += m->layer_swa[il];
     }
     m->rope_swa.freq_base = hp->rope_freq_base_swa;
@@ -436,6 +439,7 @@ void model_destroy(model **pm) {
     model__packed_destroy(&m->packed);
     free(m->layers);
     free(m->layer_swa);
+    free(m->swa_before);
     gguf_destroy(&m->file);
     free(m);
     *pm = NULL;
@@ -543,18 +547,12 @@ kv_cache *kv_cache_new(const model *m, uint32_t n_ctx, kv_type type, corral_erro
     kv->head_dim = m->hp.head_dim;
     kv->swa_rows = kv_swa_rows(m, n_ctx);
     kv->pass_max = kv->swa_rows < n_ctx ? kv->swa_rows - m->hp.n_swa + 1 : UINT32_MAX;
-    kv->layer_row0 = malloc(m->hp.n_layer * sizeof *kv->layer_row0);
     const uint64_t bytes = kv_cache_bytes_for(m, n_ctx, type) / 2;
-    if (kv->layer_row0 && bytes <= SIZE_MAX) {
-        size_t row = 0;
-        for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-            kv->layer_row0[il] = row;
-            row += (size_t)kv->n_head_kv * kv_layer_rows(kv, il);
-        }
+    if (bytes <= SIZE_MAX) {
         kv->k = malloc((size_t)bytes);
         kv->v = malloc((size_t)bytes);
     }
-    if (!kv->layer_row0 || !kv->k || !kv->v) {
+    if (!kv->k || !kv->v) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot allocate a KV cache of %llu bytes",
                          (unsigned long long)(2 * bytes));
         kv_cache_destroy(&kv);
@@ -567,7 +565,6 @@ void kv_cache_destroy(kv_cache **pkv) {
     if (!pkv || !*pkv) return;
     free((*pkv)->k);
     free((*pkv)->v);
-    free((*pkv)->layer_row0);
     free(*pkv);
     *pkv = NULL;
 }
@@ -599,7 +596,8 @@ static void kv_swa_shift(struct kv_cache *kv, uint32_t from, uint32_t n) {
     for (uint32_t il = 0; il < kv->m->hp.n_layer; il++) {
         if (!kv->m->layer_swa[il]) continue;
         for (uint32_t h = 0; h < kv->n_head_kv; h++) {
-            const size_t head = (kv->layer_row0[il] + (size_t)h * kv->swa_rows) * row_bytes;
+            const size_t head =
+                (size_t)((char *)kv_cache_row(kv, kv->k, il, h, kv->swa_base) - (char *)kv->k);
             memmove((char *)kv->k + head, (char *)kv->k + head + from * row_bytes, n * row_bytes);
             memmove((char *)kv->v + head, (char *)kv->v + head + from * row_bytes, n * row_bytes);
         }

@@ -43,6 +43,7 @@ struct model {
     rope_params rope;     /* the full-attention layers' rotation */
     rope_params rope_swa; /* the sliding layers' (their own base, never scaled) */
     uint8_t *layer_swa;   /* [n_layer]: 1 for a sliding layer */
+    uint32_t *swa_before; /* [n_layer]: how many sliding layers come before each (KV layout) */
     model_weight global[ARCH_N_GLOBAL_ROLES];
     model_weight *layers; /* [n_layer][ARCH_N_LAYER_ROLES] */
     uint64_t weight_bytes;
@@ -89,11 +90,9 @@ struct kv_cache {
     /* Tokens of this cache one pass may take: swa_rows - n_swa + 1 when the rows may have to
      * move, else no limit (UINT32_MAX). */
     uint32_t pass_max;
-    /* [n_layer]: the row (of head_dim elements) where each layer's rows start in k and v. */
-    size_t *layer_row0;
-    /* For each layer, [n_head_kv][rows][head_dim] (rows: n_ctx, or swa_rows for a sliding
-     * layer): one KV head's rows are contiguous, so attention streams them instead of reading a
-     * head's part of every position's row. */
+    /* For each layer in order, [n_head_kv][rows][head_dim] (rows: n_ctx, or swa_rows for a
+     * sliding layer): one KV head's rows are contiguous, so attention streams them instead of
+     * reading a head's part of every position's row. */
     void *k;
     void *v;
     /* The model_forward_batch call that last checked this cache (a number unique in the process),
@@ -117,8 +116,10 @@ static inline uint32_t kv_layer_base(const struct kv_cache *kv, uint32_t il) {
  * the layer's base). */
 static inline void *kv_cache_row(const struct kv_cache *kv, void *base, uint32_t il, uint32_t kvh,
                                  uint32_t pos) {
-    const size_t row =
-        kv->layer_row0[il] + (size_t)kvh * kv_layer_rows(kv, il) + (pos - kv_layer_base(kv, il));
+    /* The layers before il: swa_before[il] sliding ones, the others full. */
+    const size_t swa = kv->m->swa_before[il], full = il - swa;
+    const size_t layer0 = kv->n_head_kv * (full * kv->n_ctx + swa * kv->swa_rows);
+    const size_t row = layer0 + (size_t)kvh * kv_layer_rows(kv, il) + (pos - kv_layer_base(kv, il));
     return (char *)base + row * kv->head_dim * kv->elem_size;
 }
 
