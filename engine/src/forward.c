@@ -5,16 +5,20 @@
  * KV cache and its position in it. One sequence's tokens are consecutive (a prompt chunk, or a
  * single decode token), and a batch may hold the tokens of many sequences (continuous batching:
  * model_forward_batch). For token t of sequence s at position p_t:
- *   x = embed(tokens)
+ *   x = embed(tokens) (* sqrt(n_embd) for gemma)
  *   for each layer:
  *     xn = rms_norm(x) * attn_norm
- *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv); rotate q and k by each token's own
- *       position; store k, v at p_t in s's cache
- *     attn[h] = softmax(q[h] . K_s[0..p_t, kv(h)] / sqrt(head_dim)) . V_s[0..p_t, kv(h)]
- *       (causal, GQA; over s's cache alone, the batch's earlier tokens of s included)
- *     x += Wo attn
+ *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv) (views of one fused Wqkv for phi3);
+ *       each head of q and k rms_norm'ed (qwen3, gemma3); rotate q and k by each token's own
+ *       position (a sliding layer with its own RoPE base); store k, v at p_t in s's cache
+ *     attn[h] = softmax(q[h] . K_s[w..p_t, kv(h)] * scale) . V_s[w..p_t, kv(h)]
+ *       (causal, GQA; over s's cache alone, the batch's earlier tokens of s included; w is 0,
+ *       or p_t - n_swa + 1 in a sliding-window layer; scale 1/sqrt(head_dim) as a rule)
+ *     x += Wo attn (rms_norm'ed first * post_attention_norm for gemma3)
  *     xn = rms_norm(x) * ffn_norm
- *     x += Wdown (silu(Wgate xn) * Wup xn)
+ *     x += Wdown (act(Wgate xn) * Wup xn) (act SiLU, or GELU-tanh for gemma; rms_norm'ed first
+ *       * post_ffw_norm for gemma3)
+ * Which of these a model does is its architecture's row in arch.c and the tensors it binds.
  * The matrix products take the whole batch as one matrix, whichever sequences its rows belong to,
  * so the weights are read once per pass for all of them; everything else is per token (the row
  * ops) or per token against its own sequence's cache (attention), so a token's results do not
