@@ -13,6 +13,10 @@ unit.arch and unit.model check against llama.cpp's.
 
 from __future__ import annotations
 
+import json
+import math
+import re
+import struct
 import subprocess
 from pathlib import Path
 
@@ -66,6 +70,113 @@ def test_variant_is_the_merged_model(arch: str, start_corrald, tmp_path: Path) -
     assert got_lora == local_text(merged, 24)
     assert got_lora != got_base, "the adapter changed nothing"
     assert st["lora"].merges == 1
+
+
+def gguf_parse(path: Path) -> tuple[dict, list[tuple[str, list[int], int, int]], bytes]:
+    """A GGUF file's metadata, its tensor infos (name, ne, type, offset) and its data section."""
+    data = path.read_bytes()
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, data, pos)
+        pos += struct.calcsize("<" + fmt)
+        return v[0]
+
+    def string() -> str:
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return data[pos - n:pos].decode()
+
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+              12: "d"}
+
+    def value(t: int):
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = take("I"), take("Q")
+            return [value(et) for _ in range(n)]
+        return take(scalar[t])
+
+    assert data[:4] == b"GGUF"
+    pos = 8
+    n_tensors, n_kv = take("Q"), take("Q")
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        meta[key] = value(take("I"))
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        ne = [take("Q") for _ in range(take("I"))]
+        infos.append((name, ne, take("I"), take("Q")))
+    align = meta.get("general.alignment", 32)
+    return meta, infos, data[(pos + align - 1) // align * align:]
+
+
+def gguf_f32_tensors(path: Path) -> tuple[dict, dict[str, tuple[list[int], bytes]]]:
+    """An F32-only GGUF file's metadata and tensors: name -> (ne, bytes)."""
+    meta, infos, blob = gguf_parse(path)
+    tensors = {}
+    for name, ne, typ, offset in infos:
+        assert typ == 0, name  # F32
+        tensors[name] = (ne, blob[offset:offset + 4 * math.prod(ne)])
+    return meta, tensors
+
+
+def write_peft(adapter_gguf: Path, folder: Path) -> Path:
+    """The same adapter as a Hugging Face PEFT directory: llama.cpp's GGUF LoRA and PEFT store
+    lora_A (r x n_in) and lora_B (n_out x r) in the same row-major order, under other names."""
+    meta, tensors = gguf_f32_tensors(adapter_gguf)
+    modules = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+               "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+               "attn_qkv": "self_attn.qkv_proj", "ffn_gate": "mlp.gate_proj",
+               "ffn_down": "mlp.down_proj"}
+    fused = any(".attn_qkv." in name for name in tensors)
+    modules["ffn_up"] = "mlp.gate_up_proj" if fused else "mlp.up_proj"
+    header, blobs, offset, rank, targets = {}, [], 0, 0, set()
+    for name, (ne, blob) in sorted(tensors.items()):
+        m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.weight\.lora_([ab])", name)
+        assert m, name
+        module = modules[m.group(2)]
+        targets.add(module.split(".")[-1])
+        hf = f"base_model.model.model.layers.{m.group(1)}.{module}.lora_{m.group(3).upper()}.weight"
+        header[hf] = {"dtype": "F32", "shape": [ne[1], ne[0]],
+                      "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+        rank = ne[1] if m.group(3) == "a" else ne[0]
+    folder.mkdir()
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    (folder / "adapter_model.safetensors").write_bytes(
+        struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    (folder / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank,
+        "lora_alpha": meta["adapter.lora.alpha"], "target_modules": sorted(targets),
+        "bias": "none", "fan_in_fan_out": False, "use_dora": False, "use_rslora": False}))
+    return folder
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3", "phi3"])
+def test_peft_adapter_merges_as_its_gguf_twin(arch: str, tmp_path: Path) -> None:
+    """A PEFT adapter maps onto the new architectures' tensors (phi3: qkv_proj and gate_up_proj
+    onto the fused attn_qkv and ffn_up), with the same result as the GGUF adapter it was made
+    from."""
+    base = shared_path(BASES[arch])
+    adapter = tmp_path / "lora.gguf"
+    corral("synth", "--lora-for", base, "--rank", "4", "--alpha", "400", "--seed", "5",
+           "-o", str(adapter))
+    peft = write_peft(adapter, tmp_path / "peft")
+    for name, source in (("gguf", adapter), ("peft", peft)):
+        corral("merge", base, "--lora", str(source), "-o", str(tmp_path / f"{name}.gguf"))
+    # The same tensors, byte for byte (the metadata differs: it names the adapter files).
+    _, infos_a, data_a = gguf_parse(tmp_path / "gguf.gguf")
+    _, infos_b, data_b = gguf_parse(tmp_path / "peft.gguf")
+    assert infos_a == infos_b and data_a == data_b
+    assert local_text(tmp_path / "peft.gguf", 16) != local_text(base, 16)
 
 
 def synth_arch_models(folder: Path, arch: str, extra: list[str]) -> dict[str, Path]:
