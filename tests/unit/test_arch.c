@@ -2,9 +2,9 @@
  * test_arch.c — Check suite for the model families beyond llama and qwen2 (engine/src/arch.c):
  * greedy generation of every synthetic reference model against llama.cpp's, Llama 3 RoPE
  * scaling 4096 positions out, a head size decoupled from n_embd / n_head, sliding-window
- * attention far past its window (its cache keeping only the window), and files of these
- * families that must not load. The logits of the 32 reference positions of every file are
- * checked by test_model.c with the other models; this suite runs on every kernel path too
+ * attention far past its window (its cache keeping only the window), logit softcapping, and files
+ * of these families that must not load. The logits of the 32 reference positions of every file
+ * are checked by test_model.c with the other models; this suite runs on every kernel path too
  * (unit.arch.scalar, .avx2, .avx512).
  *
  * Error budgets (test_model.c's, restated):
@@ -248,6 +248,8 @@ typedef struct variant {
     const char *drop_tensor;
     const char *set_key; /* a u32 key set to set_value */
     uint32_t set_value;
+    const char *set_f32_key; /* an f32 key set to set_f32_value */
+    float set_f32_value;
     const char *add_tensor; /* an F32 vector of add_len zeros */
     int64_t add_len;
     int pad_heads; /* qwen3: heads padded from 64 to 128 (see test_decoupled_head_size) */
@@ -307,6 +309,7 @@ static const char *write_variant(const char *model_rel, const variant *v, const 
     for (uint64_t i = 0; i < gguf_kv_count(src); i++)
         ck_assert_int_eq(gguf_builder_copy_kv(b, src, i), CORRAL_OK);
     if (v->set_key) gguf_builder_set_u32(b, v->set_key, v->set_value);
+    if (v->set_f32_key) gguf_builder_set_f32(b, v->set_f32_key, v->set_f32_value);
     padded pad = {0};
     if (v->pad_heads) {
         char key[96];
@@ -391,6 +394,41 @@ START_TEST(test_decoupled_head_size) {
         free(exact);
         model_destroy(&m);
     }
+}
+END_TEST
+
+/* ---- logit softcapping ----------------------------------------------------------------------- */
+
+/* gemma3.final_logit_softcapping c makes every logit c * tanh(l / c) of what it was (Gemma 2's
+ * rule, which llama.cpp applies to gemma3 files that have the key; the shared files have none). */
+START_TEST(test_logit_softcap) {
+    const char *capped = write_variant(
+        "models/synth-gemma3-f32.gguf",
+        &(variant){.set_f32_key = "gemma3.final_logit_softcapping", .set_f32_value = 2.5f},
+        "softcap");
+    int32_t ids[N_REF];
+    ck_assert_int_eq(ref_read_ids("reference/synth-gemma3-f32.ids.txt", ids, N_REF), N_REF);
+    model *m = load(test_shared_path("models/synth-gemma3-f32.gguf"), MODEL_COMPUTE_FAST);
+    model *c = load(capped, MODEL_COMPUTE_FAST);
+    ck_assert_float_eq(model_get_hparams(c)->logit_softcap, 2.5f);
+    ck_assert_float_eq(model_get_hparams(m)->logit_softcap, 0.0f);
+    float *plain = malloc((size_t)N_REF * N_VOCAB * sizeof(float));
+    float *got = malloc((size_t)N_REF * N_VOCAB * sizeof(float));
+    run_tail(m, ids, N_REF, N_REF, 64, 0, plain);
+    run_tail(c, ids, N_REF, N_REF, 64, 0, got);
+    double worst = 0, spread = 0;
+    for (size_t i = 0; i < (size_t)N_REF * N_VOCAB; i++) {
+        const double want = 2.5 * tanh(plain[i] / 2.5);
+        worst = fmax(worst, fabs(got[i] - want));
+        spread = fmax(spread, fabs(got[i] - plain[i]));
+        ck_assert(fabsf(got[i]) <= 2.5f);
+    }
+    ck_assert_msg(worst <= 1e-5, "max |capped - c tanh(l/c)| %.3g", worst);
+    ck_assert_double_gt(spread, 0.5); /* the cap changed the logits */
+    free(plain);
+    free(got);
+    model_destroy(&c);
+    model_destroy(&m);
 }
 END_TEST
 
@@ -642,6 +680,7 @@ static Suite *arch_suite(void) {
     tcase_add_test(core, test_greedy_every_synthetic_model);
     tcase_add_test(core, test_llama3_rope_scaling_4096_positions);
     tcase_add_test(core, test_decoupled_head_size);
+    tcase_add_test(core, test_logit_softcap);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_checked_fixture(limits, tmp_setup, tmp_teardown);
