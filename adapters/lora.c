@@ -875,7 +875,9 @@ static corral_status peft_config_read(const char *path, peft_config *c, corral_e
 static const char *hf_model_type_arch(const char *model_type) {
     static const struct {
         const char *model_type, *arch;
-    } table[] = {{"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"}};
+    } table[] = {{"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"},
+                 {"qwen3", "qwen3"}, {"gemma3", "gemma3"}, {"gemma3_text", "gemma3"},
+                 {"phi3", "phi3"}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(model_type, table[i].model_type) == 0) return table[i].arch;
     }
@@ -937,10 +939,16 @@ static int peft_module_to_gguf(const char *module, char *out, size_t cap, bool *
         const char *hf, *gguf;
         peft_role role;
     } layer_map[] = {
-        {"self_attn.q_proj", "attn_q", PEFT_Q},     {"self_attn.k_proj", "attn_k", PEFT_K},
-        {"self_attn.v_proj", "attn_v", PEFT_OTHER}, {"self_attn.o_proj", "attn_output", PEFT_OTHER},
-        {"mlp.gate_proj", "ffn_gate", PEFT_OTHER},  {"mlp.up_proj", "ffn_up", PEFT_OTHER},
+        {"self_attn.q_proj", "attn_q", PEFT_Q},
+        {"self_attn.k_proj", "attn_k", PEFT_K},
+        {"self_attn.v_proj", "attn_v", PEFT_OTHER},
+        {"self_attn.o_proj", "attn_output", PEFT_OTHER},
+        {"mlp.gate_proj", "ffn_gate", PEFT_OTHER},
+        {"mlp.up_proj", "ffn_up", PEFT_OTHER},
         {"mlp.down_proj", "ffn_down", PEFT_OTHER},
+        /* phi3's fused projections: GGUF keeps them fused, in the same row order */
+        {"self_attn.qkv_proj", "attn_qkv", PEFT_OTHER},
+        {"mlp.gate_up_proj", "ffn_up", PEFT_OTHER},
     };
     *embedding = false;
     *role = PEFT_OTHER;
@@ -1043,10 +1051,14 @@ static int peft_split(const char *name, char **module, bool *embedding) {
 static corral_status open_peft(lora_adapter *ad, const char *config_path, const char *st_path,
                                const char *dir, const base_info *base, corral_error *err) {
     const char *path = ad->path;
-    if (strcmp(base->arch, "llama") != 0 && strcmp(base->arch, "qwen2") != 0) {
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        known = known || strcmp(base->arch, archs[i]) == 0;
+    if (!known) {
         return corral_error_set(err, CORRAL_UNSUPPORTED,
-                                "adapter %s: PEFT adapters are mapped onto llama and qwen2 models; "
-                                "the base model %s is '%s'",
+                                "adapter %s: PEFT adapters are mapped onto llama, qwen2, qwen3, "
+                                "gemma3 and phi3 models; the base model %s is '%s'",
                                 path, base->path, base->arch);
     }
     peft_config cfg;

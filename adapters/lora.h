@@ -22,17 +22,20 @@
  *     path may name the directory or either file). Tensor names
  *     "base_model.model.<module>.lora_A.weight" / ".lora_B.weight" (embeddings:
  *     ".lora_embedding_A" (r x n_vocab) / ".lora_embedding_B" (n_embd x r)), dtypes F32, F16,
- *     BF16. Modules are mapped onto GGUF tensor names for the llama and qwen2 architectures:
+ *     BF16. Modules are mapped onto GGUF tensor names for the llama, qwen2, qwen3, gemma3 and
+ *     phi3 architectures:
  *         model.layers.N.self_attn.{q,k,v,o}_proj -> blk.N.attn_{q,k,v,output}.weight
  *         model.layers.N.mlp.{gate,up,down}_proj  -> blk.N.ffn_{gate,up,down}.weight
+ *         model.layers.N.self_attn.qkv_proj       -> blk.N.attn_qkv.weight (phi3, fused)
+ *         model.layers.N.mlp.gate_up_proj         -> blk.N.ffn_up.weight (phi3, fused)
  *         model.embed_tokens -> token_embd.weight,  lm_head -> output.weight
  *     llama GGUF files store the rows of Q and K permuted for their RoPE (per head, the two halves
  *     interleaved: GGUF row h·d + 2i + j is Hugging Face row h·d + j·d/2 + i), so lora_B of q_proj
  *     (n_head groups) and k_proj (n_head_kv groups) is permuted the same way; lora_A is unchanged;
- *     qwen2 files are not permuted. Scaling: lora_alpha / r, or lora_alpha / sqrt(r) with
- *     use_rslora; rank_pattern and alpha_pattern override r and lora_alpha per module, their keys
- *     matched as PEFT does (the key as a regular expression matching the whole module name or a
- *     suffix of it after a '.'; a subset of regular expressions: literals, '.', escapes, classes,
+ *     the other architectures' files are not permuted. Scaling: lora_alpha / r, or lora_alpha /
+ * sqrt(r) with use_rslora; rank_pattern and alpha_pattern override r and lora_alpha per module,
+ * their keys matched as PEFT does (the key as a regular expression matching the whole module name
+ * or a suffix of it after a '.'; a subset of regular expressions: literals, '.', escapes, classes,
  *     '*', '+', '?', '^', '$'). Variants whose effect is not a plain low-rank delta on the original
  *     base are rejected by name: DoRA (use_dora), peft_type other than LORA, trained biases (bias
  *     != "none", lora_bias), modules_to_save, fan_in_fan_out, aLoRA, QALoRA, layer_replication,

@@ -591,7 +591,9 @@ static bool synth_targets(const char *name, uint32_t targets) {
         {".attn_q.weight", LORA_SYNTH_ATTN_Q},     {".attn_k.weight", LORA_SYNTH_ATTN_K},
         {".attn_v.weight", LORA_SYNTH_ATTN_V},     {".attn_output.weight", LORA_SYNTH_ATTN_OUT},
         {".ffn_gate.weight", LORA_SYNTH_FFN_GATE}, {".ffn_up.weight", LORA_SYNTH_FFN_UP},
-        {".ffn_down.weight", LORA_SYNTH_FFN_DOWN}};
+        {".ffn_down.weight", LORA_SYNTH_FFN_DOWN},
+        /* phi3's fused Q, K and V (and its fused gate+up is its ffn_up) */
+        {".attn_qkv.weight", LORA_SYNTH_ATTN_Q | LORA_SYNTH_ATTN_K | LORA_SYNTH_ATTN_V}};
     if (strcmp(name, "output.weight") == 0) return (targets & LORA_SYNTH_OUTPUT) != 0;
     if (strncmp(name, "blk.", 4) != 0) return false;
     size_t len = strlen(name);

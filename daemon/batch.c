@@ -123,7 +123,8 @@ void batch_finish_start(struct core *k, sjob *sj) {
                ss->tokens[common] == sj->prompt[common])
             common++;
         if (common >= sj->n_prompt) common = sj->n_prompt - 1;
-        kv_cache_truncate(ss->kv, common);
+        /* A sliding-window cache cut back further than its slack empties instead. */
+        common = kv_cache_truncate(ss->kv, common);
         ss->n_tokens = common;
         sj->n_cached = common;
         sj->n_prefilled = common;

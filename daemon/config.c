@@ -118,7 +118,8 @@ static const cfg_option model_options[] = {
      .max = 1 << 20,
      .default_value = "0",
      NO_HAS,
-     .doc = "tokens per conversation; 0 = the model's own, at most 4096"},
+     .doc = "tokens per conversation; 0 = the model's own, halved while one KV cache of it "
+            "would take more than a quarter of memory.limit"},
     {.path = "kv_type",
      .type = CFG_TYPE_KV_TYPE,
      .offset = offsetof(cfg_model, kv_f32),

@@ -72,7 +72,7 @@ typedef struct cfg_model {
     char *name;            /* unique; what clients ask for */
     char *path;            /* the GGUF file, absolute (relative paths resolve against the
                               config file's directory) */
-    int64_t context;       /* KV positions per sequence; 0 = the model's own (capped at 4096) */
+    int64_t context;       /* KV positions per sequence; 0 = the model's own, sized by memory */
     bool kv_f32;           /* kv_type: f32 instead of the default f16 */
     cfg_priority priority; /* class of requests that do not name one */
     bool pin;              /* never unloaded to make room */

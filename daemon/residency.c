@@ -85,10 +85,11 @@ static uint64_t file_bytes(const char *path) {
  * rounded up to their size classes. Planned at the requested size, a cache of 414 positions took
  * 139 KB more than planned, and the models' total passed memory.limit. */
 uint64_t residency_kv_bytes(const sched_model *sm, uint32_t n_ctx) {
-    const model_hparams *hp = model_get_hparams(sm->m);
-    const uint64_t buffer =
-        (uint64_t)hp->n_layer * n_ctx * hp->n_head_kv * hp->head_dim * (sm->cfg->kv_f32 ? 4 : 2);
-    return 2 * mem_allocation_size(buffer) + RESIDENCY_KV_OVERHEAD;
+    /* The engine's count: a sliding-window layer keeps its window, not the context, and heads may
+     * be wider than n_embd / n_head. Its K and V buffers are half each. */
+    const uint64_t bytes =
+        kv_cache_bytes_for(sm->m, n_ctx, sm->cfg->kv_f32 ? KV_TYPE_F32 : KV_TYPE_F16);
+    return 2 * mem_allocation_size(bytes / 2) + RESIDENCY_KV_OVERHEAD;
 }
 
 kv_cache *residency_kv_new(sched_model *sm, uint32_t n_ctx, corral_error *err) {
@@ -418,6 +419,28 @@ static void cache_trim(const cfg *c, const char *in_use) {
                  LOG_F64("mib_removed", rep.bytes_removed / 1048576.0));
 }
 
+/* A model configured with context 0 gets its own trained context, halved while one KV cache of
+ * it (kv_cache_bytes_for: sliding-window layers count their window only) would take more than
+ * RESIDENCY_CONTEXT_SHARE of memory.limit: a session holds a cache of the whole context, and
+ * several must fit beside the weights. Never below RESIDENCY_MIN_CONTEXT (or the model's own). */
+#define RESIDENCY_CONTEXT_SHARE 0.25
+#define RESIDENCY_MIN_CONTEXT   512u
+
+static uint32_t residency_default_context(const model *m, const cfg_model *mc, uint64_t limit) {
+    const uint32_t train = model_get_hparams(m)->n_ctx_train;
+    const kv_type kvt = mc->kv_f32 ? KV_TYPE_F32 : KV_TYPE_F16;
+    const double room = RESIDENCY_CONTEXT_SHARE * (double)limit;
+    uint32_t ctx = train;
+    while (ctx / 2 >= RESIDENCY_MIN_CONTEXT && (double)kv_cache_bytes_for(m, ctx, kvt) > room)
+        ctx /= 2;
+    if (ctx < train)
+        log_info("model context sized by memory", LOG_STR("model", mc->name),
+                 LOG_UINT("context", ctx), LOG_UINT("trained", train),
+                 LOG_F64("kv_cache_mib", kv_cache_bytes_for(m, ctx, kvt) / 1048576.0),
+                 LOG_F64("memory_limit_mib", limit / 1048576.0));
+    return ctx;
+}
+
 /* Load from scratch: model, runner, vocabulary, all in the task's arena. */
 static corral_status load_fresh(load_task *t, corral_error *err) {
     const cfg_model *mc = t->entry;
@@ -435,10 +458,9 @@ static corral_status load_fresh(load_task *t, corral_error *err) {
     } else {
         const model_hparams *hp = model_get_hparams(m);
         ctx = (uint32_t)mc->context;
-        if (ctx == 0)
-            ctx = hp->n_ctx_train < SCHED_DEFAULT_CONTEXT_CAP ? hp->n_ctx_train
-                                                              : SCHED_DEFAULT_CONTEXT_CAP;
-        tmpl = prompt_file_chat_template(model_get_gguf(m));
+        if (ctx == 0) ctx = residency_default_context(m, mc, t->gen->c->memory_limit);
+        /* (An override is looked up below; the file's template is not needed then.) */
+        if (!mc->chat_template) tmpl = prompt_file_chat_template(model_get_gguf(m));
         corral_error why;
         if (ctx > hp->n_ctx_train)
             corral_error_set(err, CORRAL_INVALID_ARGUMENT,

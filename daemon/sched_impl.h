@@ -41,7 +41,6 @@
 
 /* Defaults the config does not set. */
 #define SCHED_DEFAULT_MAX_TOKENS  256
-#define SCHED_DEFAULT_CONTEXT_CAP 4096
 /* How often a request that waits for memory tries again. */
 #define SCHED_MEMORY_RETRY_US     50000
 /* The longest the compute thread sleeps with nothing to do: keep-alives and session expiry are

@@ -341,8 +341,8 @@ void session_detach(struct core *k, sjob *sj) {
     }
     for (uint32_t i = 0; i < n; i++)
         ss->tokens[i] = i < sj->n_prompt ? sj->prompt[i] : sj->generated[i - sj->n_prompt];
-    ss->n_tokens = n;
-    if (ss->kv) kv_cache_truncate(ss->kv, n);
+    /* (A sliding-window cache may have to empty itself instead: kv_cache_truncate.) */
+    ss->n_tokens = ss->kv ? kv_cache_truncate(ss->kv, n) : n;
     ss->busy = NULL;
     ss->last_used_us = sched__mono_us();
     ss->last_used_ms = sched__unix_ms();

@@ -174,7 +174,9 @@ corral_status swap_session_write(swap_dir *d, const swap_session_key *key, const
             const void *k = kv_cache_rows(kv, il, h, 0, &row_bytes);
             if (!k) break;
             const void *v = kv_cache_rows(kv, il, h, 1, &row_bytes);
-            const int64_t ne[2] = {(int64_t)(row_bytes / elem), n};
+            /* A sliding layer holds only its newest positions: those from its first on. */
+            const uint32_t first = kv_cache_layer_first(kv, il);
+            const int64_t ne[2] = {(int64_t)(row_bytes / elem), n - (first < n ? first : n)};
             char name[32];
             snprintf(name, sizeof name, "k.%u.%u", il, h);
             st = image_writer_add_tensor(w, name, type, 2, ne, k, err);
@@ -231,12 +233,15 @@ corral_status swap_session_read(swap_dir *d, const swap_session_key *key, kv_cac
                 char name[32];
                 snprintf(name, sizeof name, "%c.%u.%u", values ? 'v' : 'k', il, h);
                 const gguf_tensor *t = gguf_find_tensor(f, name);
-                if (!t || t->type != type || t->size != (uint64_t)positions * row_bytes)
+                /* Rows of the last positions: all of them, or a sliding layer's newest. */
+                if (!t || t->type != type || t->n_dims != 2 || t->ne[1] < 0 ||
+                    t->ne[1] > positions || t->size != (uint64_t)t->ne[1] * row_bytes)
                     st = corral_error_set(err, CORRAL_FORMAT,
                                           "%s: tensor %s is missing or does not fit the cache",
                                           path, name);
                 else
-                    st = kv_cache_load_rows(kv, il, h, values, t->data, positions, err);
+                    st = kv_cache_load_rows(kv, il, h, values, t->data,
+                                            positions - (uint32_t)t->ne[1], positions, err);
             }
         }
     if (st == CORRAL_OK) {

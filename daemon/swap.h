@@ -8,7 +8,8 @@
  *
  * A session image is a corral image (engine/include/corral/image.h): a GGUF file of kind
  * "kv-session" whose tensors are the token ids ("tokens", I32) and each layer's keys and values
- * ("k.N", "v.N", in the cache's own type, one row per position), with a checksum per tensor and a
+ * ("k.N", "v.N", in the cache's own type, one row per position held: every position for a full
+ * layer, the newest ones for a sliding-window layer, kv_cache_layer_first), with a checksum per tensor and a
  * fingerprint of everything the cache depends on (the identity of the model file as the model
  * that computed the cache loaded it — model_file_fingerprint —, the context and KV type, the app,
  * the session id, the model name). A model file replaced or changed after the cache was computed

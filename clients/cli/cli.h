@@ -8,6 +8,9 @@
 #ifndef CORRAL_CLI_H
 #define CORRAL_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 typedef int (*cli_command_fn)(int argc, char **argv);
 
 int cmd_inspect(int argc, char **argv);
@@ -20,6 +23,7 @@ int cmd_merge(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_imatrix(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
 
 /* Commands that talk to corrald (cmd_daemon.c). */
 int cmd_ps(int argc, char **argv);
@@ -50,5 +54,12 @@ int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf
 /* Parse a whole decimal number in [min, max] from text into *out; 0 on success, -1 otherwise. */
 int cli_parse_long(const char *text, long min, long max, long *out);
 int cli_parse_double(const char *text, double min, double max, double *out);
+
+/* Parse token ids (decimal, separated by whitespace or commas) from text[0..len) into a malloc'ed
+ * array (*ids, *n; caller frees). 0 on success; -1 with why filled (what and where) for anything
+ * else in the text, an id over INT32_MAX, or no ids at all (cmd_logits.c). Ids are not checked
+ * against a vocabulary. */
+int cli_parse_ids(const char *text, size_t len, int32_t **ids, size_t *n, char *why,
+                  size_t why_size);
 
 #endif /* CORRAL_CLI_H */

@@ -154,9 +154,21 @@ static uint64_t bench_bytes_per_token(const model *m, kv_type kvt, double positi
     const gguf_tensor *embd = gguf_find_tensor(model_get_gguf(m), "token_embd.weight");
     if (embd && !hp->tied_output && embd->ne[1] > 0)
         bytes -= embd->size - embd->size / (uint64_t)embd->ne[1];
-    const double kv_row =
-        2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * (kvt == KV_TYPE_F16 ? 2.0 : 4.0);
-    return bytes + (uint64_t)(kv_row * positions);
+    /* Keys and values of every position a token attends to: all of them in a full layer, the
+     * last n_swa in a sliding-window one. */
+    const double kv_row = 2.0 * hp->n_head_kv * hp->head_dim * (kvt == KV_TYPE_F16 ? 2.0 : 4.0);
+    const double window = positions < hp->n_swa ? positions : hp->n_swa;
+    const double rows =
+        (double)(hp->n_layer - hp->n_swa_layers) * positions + hp->n_swa_layers * window;
+    return bytes + (uint64_t)(kv_row * rows);
+}
+
+/* Back to the depth's positions before a run. A cache with sliding-window layers cannot always
+ * go back by truncating (its windows kept only the newest rows): it is copied from the snapshot
+ * taken at the depth, untimed like the truncation. */
+static int bench_rewind(kv_cache *kv, const kv_cache *snapshot, uint32_t depth, corral_error *err) {
+    if (kv_cache_truncate(kv, depth) == depth) return 0;
+    return snapshot && kv_cache_copy(kv, snapshot, err) == CORRAL_OK ? 0 : -1;
 }
 
 /* ---- the measurements ------------------------------------------------------------------------ */
@@ -176,7 +188,7 @@ static int bench_run(const bench_opts *o, bench_result *res) {
     corral_error err = {0};
     int rc = 1;
     model *m = NULL;
-    kv_cache *kv = NULL;
+    kv_cache *kv = NULL, *snapshot = NULL;
     model_runner *r = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
@@ -261,6 +273,13 @@ static int bench_run(const bench_opts *o, bench_result *res) {
         cli_fail("bench", "%s", err.message);
         goto done;
     }
+    if (o->depth > 0 && res->hp.n_swa_layers > 0) {
+        snapshot = kv_cache_new(m, n_ctx, o->kv, &err);
+        if (!snapshot || kv_cache_copy(snapshot, kv, &err) != CORRAL_OK) {
+            cli_fail("bench", "%s", err.message);
+            goto done;
+        }
+    }
     const int32_t *run_ids = ids + o->depth;
 
     if (o->n_prompt > 0) {
@@ -271,7 +290,10 @@ static int bench_run(const bench_opts *o, bench_result *res) {
             goto done;
         }
         for (uint32_t i = 0; i < o->reps; i++) {
-            kv_cache_truncate(kv, o->depth);
+            if (bench_rewind(kv, snapshot, o->depth, &err)) {
+                cli_fail("bench", "%s", err.message);
+                goto done;
+            }
             double t0 = bench_now();
             if (model_forward(r, kv, run_ids, o->n_prompt, MODEL_LOGITS_LAST, logits, &err)) {
                 cli_fail("bench", "%s", err.message);
@@ -296,7 +318,10 @@ static int bench_run(const bench_opts *o, bench_result *res) {
      * bandwidth buffer comes after the peak RSS is read, so that it does not count in it. */
     const uint32_t n_bw = o->n_gen > 0 ? o->reps : 1;
     for (uint32_t i = 0; i < o->reps && o->n_gen > 0; i++) {
-        kv_cache_truncate(kv, o->depth);
+        if (bench_rewind(kv, snapshot, o->depth, &err)) {
+            cli_fail("bench", "%s", err.message);
+            goto done;
+        }
         if (model_forward(r, kv, run_ids, BENCH_TG_PROMPT, MODEL_LOGITS_LAST, logits, &err)) {
             cli_fail("bench", "%s", err.message);
             goto done;
@@ -344,6 +369,7 @@ done:
     free(logits);
     model_runner_destroy(&r);
     kv_cache_destroy(&kv);
+    kv_cache_destroy(&snapshot);
     model_destroy(&m);
     threadpool_destroy(&pool);
     return rc;

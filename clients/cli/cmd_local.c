@@ -58,14 +58,17 @@ static void print_ids(FILE *out, const char *label, const int32_t *ids, size_t n
 
 static void run_local_usage(FILE *out) {
     fprintf(out,
-            "usage: corral run-local MODEL.gguf -p PROMPT [options]\n"
+            "usage: corral run-local MODEL.gguf (-p PROMPT | --prompt-ids IDS) [options]\n"
             "\n"
             "Generate text with a model file in this process. The prompt (as given) and the\n"
             "generated text go to stdout; statistics (prompt and generation tokens/s, memory) to\n"
             "stderr.\n"
             "\n"
             "options:\n"
-            "  -p, --prompt TEXT       the prompt (required)\n"
+            "  -p, --prompt TEXT       the prompt\n"
+            "      --prompt-ids IDS    the prompt as token ids (\"1 2 3\" or \"1,2,3\"), run as\n"
+            "                          given (no BOS added); only the generated text is printed.\n"
+            "                          With --temp 0 --ids: greedy ids to compare with references\n"
             "  -n, --max-tokens N      tokens to generate (default 128; 0 = until the end)\n"
             "      --temp T            temperature (default 0.8; 0 = greedy)\n"
             "      --top-k K           (default 40; 0 = off)\n"
@@ -78,18 +81,42 @@ static void run_local_usage(FILE *out) {
             "                          (ECMAScript-like: classes, \\d \\w \\s, groups, |,\n"
             "                          * + ? {m,n}; no backreferences or lookaround)\n"
             "      --json-schema FILE  the output is a JSON document this JSON Schema validates\n"
-            "  -c, --ctx N             context size (default: the model's, at most 4096)\n"
+            "  -c, --ctx N             context size (default: the prompt and -n tokens; with\n"
+            "                          -n 0, the model's own, as much as half the RAM holds)\n"
             "      --chat              treat the prompt as a user message in the model's chat\n"
             "                          template (and print only the reply)\n"
             "      --system TEXT       system message for --chat\n"
             "      --template NAME     chat template instead of the model's (chatml, llama2,\n"
-            "                          llama3, mistral-v1, phi3, gemma, zephyr, ...)\n"
+            "                          llama3, llama3-instruct, qwen3, gemma3, mistral-v1, phi3,\n"
+            "                          gemma, zephyr, ...)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --ids               also print the prompt and generated token ids (stderr)\n"
             "      --kv f16|f32        KV cache type (default f16)\n"
             "      --reference         exact F32 reference arithmetic (slow; for checking)\n"
             "  -t, --threads N         threads for the forward pass (default: the number of\n"
             "                          physical cores; the output does not depend on it)\n");
+}
+
+/* The context when --ctx is not given: the prompt and the tokens asked for, within the model's
+ * own; with no limit on the tokens (-n 0), the model's own context, less if a KV cache of that
+ * many positions would take more than half the machine's memory. */
+static uint32_t default_context(const model *m, kv_type kvt, size_t n_prompt, uint32_t max_tokens) {
+    const uint32_t train = model_get_hparams(m)->n_ctx_train;
+    if (max_tokens > 0) {
+        const uint64_t want = (uint64_t)n_prompt + max_tokens + 1;
+        return want < train ? (uint32_t)want : train;
+    }
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const uint64_t half = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : 0;
+    uint32_t ctx = train;
+    while (half && ctx > n_prompt + 1 && ctx > 256 && kv_cache_bytes_for(m, ctx, kvt) > half)
+        ctx /= 2;
+    if (ctx < train)
+        fprintf(stderr,
+                "corral run-local: context %u of the model's %u (a KV cache of %u "
+                "positions takes more than half the memory; --ctx sets it)\n",
+                ctx, train, train);
+    return ctx;
 }
 
 int cmd_run_local(int argc, char **argv) {
@@ -110,6 +137,7 @@ int cmd_run_local(int argc, char **argv) {
         OPT_REFERENCE,
         OPT_REGEX,
         OPT_JSON_SCHEMA,
+        OPT_PROMPT_IDS,
         OPT_HELP
     };
     static const struct option options[] = {
@@ -133,11 +161,13 @@ int cmd_run_local(int argc, char **argv) {
         {"reference", no_argument, NULL, OPT_REFERENCE},
         {"regex", required_argument, NULL, OPT_REGEX},
         {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
+        {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *prompt = NULL, *system = NULL, *template_name = NULL, *regex = NULL;
     const char *schema_path = NULL;
+    const char *prompt_ids = NULL;
     const char *stops[16];
     size_t n_stops = 0;
     long max_tokens = 128, n_ctx = 0, n_threads = 0;
@@ -237,6 +267,9 @@ int cmd_run_local(int argc, char **argv) {
             case OPT_JSON_SCHEMA:
                 schema_path = optarg;
                 break;
+            case OPT_PROMPT_IDS:
+                prompt_ids = optarg;
+                break;
             case OPT_HELP:
                 run_local_usage(stdout);
                 return 0;
@@ -245,7 +278,7 @@ int cmd_run_local(int argc, char **argv) {
                 return 2;
         }
     }
-    if (optind != argc - 1 || !prompt) {
+    if (optind != argc - 1 || !prompt == !prompt_ids) {
         run_local_usage(stderr);
         return 2;
     }
@@ -253,6 +286,7 @@ int cmd_run_local(int argc, char **argv) {
         return cli_fail("run-local", "--system and --template need --chat"), 2;
     if (regex && schema_path)
         return cli_fail("run-local", "--regex and --json-schema cannot be used together"), 2;
+    if (prompt_ids && chat) return cli_fail("run-local", "--prompt-ids is not a chat message"), 2;
     const char *path = argv[optind];
     if (!seed_given) gp.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     gp.max_tokens = (uint32_t)max_tokens;
@@ -323,6 +357,22 @@ int cmd_run_local(int argc, char **argv) {
             cli_fail("run-local", "%s", err.message);
             goto done;
         }
+    } else if (prompt_ids) {
+        char why[160];
+        if (cli_parse_ids(prompt_ids, strlen(prompt_ids), &ids, &n_ids, why, sizeof why)) {
+            cli_fail("run-local", "--prompt-ids: %s", why);
+            status = 2;
+            goto done;
+        }
+        for (size_t i = 0; i < n_ids; i++)
+            if (ids[i] >= (int32_t)hp->n_vocab) {
+                cli_fail("run-local",
+                         "--prompt-ids: id %d at index %zu is outside the vocabulary "
+                         "(%u)",
+                         ids[i], i, hp->n_vocab);
+                status = 2;
+                goto done;
+            }
     } else if (prompt_tokenize_text(tok, prompt, strlen(prompt), &ids, &n_ids, &err) != CORRAL_OK) {
         cli_fail("run-local", "%s", err.message);
         goto done;
@@ -331,7 +381,8 @@ int cmd_run_local(int argc, char **argv) {
         cli_fail("run-local", "the prompt is empty and the model adds no BOS token");
         goto done;
     }
-    uint32_t ctx = n_ctx ? (uint32_t)n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    uint32_t ctx = (uint32_t)n_ctx;
+    if (!n_ctx) ctx = default_context(m, kvt, n_ids, (uint32_t)max_tokens);
     if (ctx > hp->n_ctx_train) {
         cli_fail("run-local", "--ctx %u exceeds the model's context of %u", ctx, hp->n_ctx_train);
         goto done;
@@ -349,7 +400,7 @@ int cmd_run_local(int argc, char **argv) {
         goto done;
     }
     if (show_ids) print_ids(stderr, "prompt_ids", ids, n_ids);
-    if (!chat) {
+    if (!chat && prompt) {
         fputs(prompt, stdout);
         fflush(stdout);
     }

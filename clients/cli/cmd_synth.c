@@ -35,9 +35,14 @@ static void synth_usage(FILE *out) {
         "      --name TEXT         general.name\n"
         "  -t, --threads N         generating threads (default: physical cores)\n"
         "shape (override the preset, or give all of them without --like):\n"
-        "      --arch llama|qwen2  (qwen2 adds Q/K/V biases)\n"
+        "      --arch ARCH         %s: the tensors and keys of that architecture\n"
+        "                          (qwen2: Q/K/V biases; qwen3: q/k norms; gemma3: q/k and\n"
+        "                          post norms; phi3: fused attn_qkv and gate+up)\n"
         "      --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N\n"
         "      --n-vocab N --n-ctx N --rope-base F --rms-eps F\n"
+        "      --head-dim N        attention.key_length when not n-embd / n-head (0: that)\n"
+        "      --n-swa N           gemma3: sliding window of N positions (0: none)\n"
+        "      --swa-pattern N     gemma3: layer i slides iff N is 0 or i %% N < N - 1\n"
         "      --tied              no output.weight: the output projection is token_embd\n"
         "      --untied            a separate output.weight\n"
         "a LoRA adapter instead (llama.cpp's GGUF-LoRA format, F32 factors of standard\n"
@@ -45,7 +50,8 @@ static void synth_usage(FILE *out) {
         "      --lora-for BASE     the model the adapter is for\n"
         "      --rank R            1..4096 (default 16)\n"
         "      --alpha A           its alpha (default 2 x rank)\n",
-        synth_preset_names(), "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m");
+        synth_preset_names(), "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m",
+        synth_arch_names());
 }
 
 int cmd_synth(int argc, char **argv) {
@@ -71,6 +77,9 @@ int cmd_synth(int argc, char **argv) {
         OPT_LORA_FOR,
         OPT_RANK,
         OPT_ALPHA,
+        OPT_HEAD_DIM,
+        OPT_SWA,
+        OPT_SWA_PATTERN,
         OPT_HELP
     };
     static const struct option options[] = {
@@ -97,6 +106,9 @@ int cmd_synth(int argc, char **argv) {
         {"lora-for", required_argument, NULL, OPT_LORA_FOR},
         {"rank", required_argument, NULL, OPT_RANK},
         {"alpha", required_argument, NULL, OPT_ALPHA},
+        {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+        {"n-swa", required_argument, NULL, OPT_SWA},
+        {"swa-pattern", required_argument, NULL, OPT_SWA_PATTERN},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -114,6 +126,7 @@ int cmd_synth(int argc, char **argv) {
     long rank = 16;
     double alpha = 0;
     int tied = -1;
+    long head_dim = -1, n_swa = -1, swa_pattern = -1;
     double rope = 0, eps = 0;
     long v;
     optind = 1;
@@ -152,11 +165,23 @@ int cmd_synth(int argc, char **argv) {
                 p.n_threads = (uint32_t)v;
                 break;
             case OPT_ARCH:
-                if (strcmp(optarg, "llama") != 0 && strcmp(optarg, "qwen2") != 0)
-                    return cli_fail("synth", "--arch: unknown arch '%s' (known: llama, qwen2)",
+                if (strlen(optarg) >= sizeof p.arch)
+                    return cli_fail("synth", "--arch: unknown arch '%s' (known: %s)", optarg,
+                                    synth_arch_names()),
+                           2;
+                arch = optarg; /* checked with the other parameters (synth_validate) */
+                break;
+            case OPT_HEAD_DIM:
+            case OPT_SWA:
+            case OPT_SWA_PATTERN:
+                if (cli_parse_long(optarg, 0, 1u << 24, &v))
+                    return cli_fail("synth", "--%s: '%s' is not a whole number in 0..2^24",
+                                    c == OPT_HEAD_DIM ? "head-dim"
+                                    : c == OPT_SWA    ? "n-swa"
+                                                      : "swa-pattern",
                                     optarg),
                            2;
-                arch = optarg;
+                *(c == OPT_HEAD_DIM ? &head_dim : c == OPT_SWA ? &n_swa : &swa_pattern) = v;
                 break;
             case OPT_EMBD:
             case OPT_LAYER:
@@ -249,6 +274,9 @@ int cmd_synth(int argc, char **argv) {
     if (rope > 0) p.rope_base = (float)rope;
     if (eps > 0) p.rms_eps = (float)eps;
     if (tied >= 0) p.tied = tied;
+    if (head_dim >= 0) p.head_dim = (uint32_t)head_dim;
+    if (n_swa >= 0) p.n_swa = (uint32_t)n_swa;
+    if (swa_pattern >= 0) p.swa_pattern = (uint32_t)swa_pattern;
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -20,6 +20,7 @@ static const cli_command cli_commands[] = {
     {"run-local", cmd_run_local, "generate text with a model file, no daemon needed"},
     {"tokenize-local", cmd_tokenize_local, "print the token ids of stdin's text for a model file"},
     {"perplexity", cmd_perplexity, "perplexity of a model file over a text file"},
+    {"logits", cmd_logits, "a model file's logits of token ids, to compare with references"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensors"},
     {"synth", cmd_synth, "write a synthetic model (a real model's shape, random weights)"},
     {"bench", cmd_bench, "measure a model file's prompt and generation speed, memory bandwidth"},

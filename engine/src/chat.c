@@ -1,6 +1,11 @@
 /*
- * chat.c — rendering conversations with llama.cpp's built-in chat formats, as segments that keep
- * template text (scaffold) apart from message text (content); see chat.h for the formats.
+ * chat.c — rendering conversations with llama.cpp's built-in chat formats and the shipped Jinja
+ * templates of Llama 3, Qwen3 and Gemma 3, as segments that keep template text (scaffold) apart
+ * from message text (content); see chat.h for the formats.
+ *
+ * The Jinja templates are written out here as C, statement by statement, with Python's string
+ * semantics where they use them (the trim filter is str.strip(); Qwen3's split, lstrip and
+ * rstrip of "\n"); test_chat.c checks every rendering against python3-jinja2's.
  *
  * Rendering appends to a growing buffer and records each run of same-kind text as a segment
  * (offsets while the buffer may still move, pointers once it is final). Roles are checked before
@@ -29,6 +34,9 @@ static const char *const chat_template_names[CHAT_TEMPLATE_COUNT] = {
     [CHAT_TEMPLATE_PHI3] = "phi3",
     [CHAT_TEMPLATE_GEMMA] = "gemma",
     [CHAT_TEMPLATE_ZEPHYR] = "zephyr",
+    [CHAT_TEMPLATE_LLAMA3_INSTRUCT] = "llama3-instruct",
+    [CHAT_TEMPLATE_QWEN3] = "qwen3",
+    [CHAT_TEMPLATE_GEMMA3] = "gemma3",
 };
 
 static const struct {
@@ -64,7 +72,8 @@ chat_template chat_template_from_name(const char *name, corral_error *err) {
         corral_error_set(err, CORRAL_NOT_FOUND,
                          "unknown chat template '%s' (known: none, chatml, llama2, llama2-sys, "
                          "llama2-sys-bos, llama2-sys-strip, llama3, mistral-v1, mistral-instruct, "
-                         "mistral-v3, mistral-v3-tekken, phi3, gemma, zephyr)",
+                         "mistral-v3, mistral-v3-tekken, phi3, gemma, zephyr, llama3-instruct, "
+                         "qwen3, gemma3)",
                          name);
     }
     return t;
@@ -118,6 +127,14 @@ chat_template chat_template_detect(const char *src) {
     if (!src) return CHAT_TEMPLATE_UNKNOWN;
     chat_template named = lookup_name(src);
     if (named != CHAT_TEMPLATE_UNKNOWN) return named;
+    /* The shipped templates rendered as Jinja renders them, before the signatures that would
+     * take them for their families' older formats (chatml, gemma, llama3). */
+    if (has(src, "<|im_start|>") && has(src, "reasoning_content") && has(src, "last_query_index"))
+        return CHAT_TEMPLATE_QWEN3;
+    if (has(src, "<start_of_turn>") && has(src, "first_user_prefix")) return CHAT_TEMPLATE_GEMMA3;
+    if (has(src, "<|start_header_id|>") && has(src, "bos_token + content") &&
+        !has(src, "add_generation_prompt"))
+        return CHAT_TEMPLATE_LLAMA3_INSTRUCT;
     if (has(src, "<|im_start|>")) {
         if (has(src, "<|im_sep|>") || has(src, "<end_of_utterance>")) return CHAT_TEMPLATE_UNKNOWN;
         return CHAT_TEMPLATE_CHATML;
@@ -229,6 +246,48 @@ static void content_trimmed(builder *b, const char *s) {
     put(b, s + start, end - start, false);
 }
 
+/* The length of the Python whitespace character (str.isspace()) that starts at s (before end), or
+ * 0: ASCII whitespace and U+001C..U+001F as single bytes; U+0085, U+00A0 (C2 xx); U+1680
+ * (E1 9A 80); U+2000..U+200A, U+2028, U+2029, U+202F (E2 80 xx); U+205F (E2 81 9F); U+3000
+ * (E3 80 80). */
+static size_t py_space_at(const unsigned char *s, const unsigned char *end) {
+    const size_t n = (size_t)(end - s);
+    if (n == 0) return 0;
+    if (is_trim_space((char)s[0]) || (s[0] >= 0x1c && s[0] <= 0x1f)) return 1;
+    if (n >= 2 && s[0] == 0xc2 && (s[1] == 0x85 || s[1] == 0xa0)) return 2;
+    if (n < 3) return 0;
+    if (s[0] == 0xe1 && s[1] == 0x9a && s[2] == 0x80) return 3;
+    if (s[0] == 0xe2 && s[1] == 0x80 &&
+        (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf) && s[2] >= 0x80)
+        return 3;
+    if (s[0] == 0xe2 && s[1] == 0x81 && s[2] == 0x9f) return 3;
+    if (s[0] == 0xe3 && s[1] == 0x80 && s[2] == 0x80) return 3;
+    return 0;
+}
+
+/* Jinja's trim filter (Python's str.strip()): [*start, *end) shrunk past whitespace characters at
+ * both ends. */
+static void py_strip(const char *s, size_t *start, size_t *end) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k;
+    while (*start < *end && (k = py_space_at(u + *start, u + *end)) > 0) *start += k;
+    /* From the end: the longest whitespace character that ends there. */
+    while (*end > *start) {
+        size_t cut = 0;
+        for (size_t len = 1; len <= 3 && len <= *end - *start && !cut; len++)
+            if (py_space_at(u + *end - len, u + *end) == len) cut = len;
+        if (!cut) break;
+        *end -= cut;
+    }
+}
+
+/* Message text through Jinja's trim filter, as content. */
+static void content_py_trimmed(builder *b, const char *s) {
+    size_t start = 0, end = strlen(s);
+    py_strip(s, &start, &end);
+    put(b, s + start, end - start, false);
+}
+
 static bool trims_to_empty(const char *s) {
     for (; *s; s++) {
         if (!is_trim_space(*s)) return false;
@@ -244,6 +303,7 @@ typedef struct render_args {
     const chat_role *roles;
     size_t n;
     bool gen;
+    const char *bos; /* the BOS token's text, for the templates that write it */
 } render_args;
 
 static void render_none(builder *b, const render_args *a) {
@@ -382,6 +442,152 @@ static void render_gemma(builder *b, const render_args *a) {
     if (a->gen) scaffold(b, "<start_of_turn>model\n");
 }
 
+/* ---- the shipped Jinja templates (chat.h; ../shared/vocab/templates) --------------------------
+ */
+
+/* Meta-Llama-3-Instruct: every message's content trimmed between its header and <|eot_id|>, BOS
+ * before the first, and the assistant header whatever add_generation_prompt says. */
+static void render_llama3_instruct(builder *b, const render_args *a) {
+    for (size_t i = 0; i < a->n; i++) {
+        if (i == 0) scaffold(b, a->bos);
+        scaffold(b, "<|start_header_id|>");
+        scaffold(b, chat_role_names[a->roles[i]]);
+        scaffold(b, "<|end_header_id|>\n\n");
+        content_py_trimmed(b, a->m[i].content);
+        scaffold(b, "<|eot_id|>");
+    }
+    scaffold(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Gemma 3 (roles already checked to alternate: chat_prompt_render). */
+static void render_gemma3(builder *b, const render_args *a) {
+    scaffold(b, a->bos);
+    const size_t first = a->n > 0 && a->roles[0] == CHAT_ROLE_SYSTEM ? 1 : 0;
+    for (size_t i = first; i < a->n; i++) {
+        scaffold(b, "<start_of_turn>");
+        scaffold(b, a->roles[i] == CHAT_ROLE_ASSISTANT ? "model" : chat_role_names[a->roles[i]]);
+        scaffold(b, "\n");
+        if (i == first && first == 1) { /* first_user_prefix: the system text, untrimmed */
+            content_all(b, a->m[0].content);
+            scaffold(b, "\n\n");
+        }
+        content_py_trimmed(b, a->m[i].content);
+        scaffold(b, "<end_of_turn>\n");
+    }
+    if (a->gen) scaffold(b, "<start_of_turn>model\n");
+}
+
+/* Where needle last (or first) occurs in s[0..n), or NULL. */
+static const char *find_in(const char *s, size_t n, const char *needle, bool last) {
+    const size_t k = strlen(needle);
+    const char *found = NULL;
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(s + i, needle, k) == 0) {
+            found = s + i;
+            if (!last) break;
+        }
+    return found;
+}
+
+/* Python's lstrip('\n') and rstrip('\n') of [*p, *p + *n). */
+static void lstrip_nl(const char **p, size_t *n) {
+    while (*n > 0 && **p == '\n') (*p)++, (*n)--;
+}
+static void rstrip_nl(const char *p, size_t *n) {
+    while (*n > 0 && p[*n - 1] == '\n') (*n)--;
+}
+
+/* A user message that is only a tool's answer does not count as the conversation's last query. */
+static bool is_tool_response(const char *c) {
+    const size_t n = strlen(c), a = strlen("<tool_response>"), z = strlen("</tool_response>");
+    return n >= a && n >= z && memcmp(c, "<tool_response>", a) == 0 &&
+           memcmp(c + n - z, "</tool_response>", z) == 0;
+}
+
+/* Qwen3, without tools (corral's messages have none). */
+static void render_qwen3(builder *b, const render_args *a) {
+    if (a->roles[0] == CHAT_ROLE_SYSTEM) {
+        scaffold(b, "<|im_start|>system\n");
+        content_all(b, a->m[0].content);
+        scaffold(b, "<|im_end|>\n");
+    }
+    size_t last_query = a->n - 1;
+    for (size_t i = a->n; i-- > 0;)
+        if (a->roles[i] == CHAT_ROLE_USER && !is_tool_response(a->m[i].content)) {
+            last_query = i;
+            break;
+        }
+    for (size_t i = 0; i < a->n; i++) {
+        const char *c = a->m[i].content;
+        if (a->roles[i] == CHAT_ROLE_USER || (a->roles[i] == CHAT_ROLE_SYSTEM && i > 0)) {
+            scaffold(b, "<|im_start|>");
+            scaffold(b, chat_role_names[a->roles[i]]);
+            scaffold(b, "\n");
+            content_all(b, c);
+            scaffold(b, "<|im_end|>\n");
+            continue;
+        }
+        if (a->roles[i] != CHAT_ROLE_ASSISTANT) continue;
+        /* content.split('</think>')[-1].lstrip('\n'), and the reasoning:
+         * content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+        const size_t len = strlen(c);
+        const char *reply = c, *reason = "";
+        size_t reply_len = len, reason_len = 0;
+        const char *close = find_in(c, len, "</think>", false);
+        if (close) {
+            const char *last_close = find_in(c, len, "</think>", true);
+            reply = last_close + strlen("</think>");
+            reply_len = len - (size_t)(reply - c);
+            lstrip_nl(&reply, &reply_len);
+            reason_len = (size_t)(close - c);
+            rstrip_nl(c, &reason_len);
+            const char *open = find_in(c, reason_len, "<think>", true);
+            reason = open ? open + strlen("<think>") : c;
+            reason_len -= (size_t)(reason - c);
+            lstrip_nl(&reason, &reason_len);
+        }
+        if (i > last_query && (i == a->n - 1 || reason_len > 0)) {
+            scaffold(b, "<|im_start|>assistant\n<think>\n");
+            size_t r = reason_len; /* reasoning_content.strip('\n') */
+            lstrip_nl(&reason, &r);
+            rstrip_nl(reason, &r);
+            put(b, reason, r, false);
+            scaffold(b, "\n</think>\n\n");
+            lstrip_nl(&reply, &reply_len);
+            put(b, reply, reply_len, false);
+        } else {
+            scaffold(b, "<|im_start|>assistant\n");
+            put(b, reply, reply_len, false);
+        }
+        scaffold(b, "<|im_end|>\n");
+    }
+    if (a->gen) scaffold(b, "<|im_start|>assistant\n");
+}
+
+bool chat_template_writes_bos(chat_template tmpl) {
+    return tmpl == CHAT_TEMPLATE_LLAMA3_INSTRUCT || tmpl == CHAT_TEMPLATE_GEMMA3;
+}
+
+/* What the shipped templates refuse, as their Jinja does: qwen3 and gemma3 read messages[0] (an
+ * empty list fails there), and gemma3 raises on roles that do not alternate user/model from its
+ * first (non-system) message. */
+static corral_status check_jinja_roles(chat_template t, const chat_role *roles, size_t n,
+                                       corral_error *err) {
+    if ((t == CHAT_TEMPLATE_QWEN3 || t == CHAT_TEMPLATE_GEMMA3) && n == 0)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "the %s chat template needs at least one message",
+                                chat_template_names[t]);
+    if (t != CHAT_TEMPLATE_GEMMA3) return CORRAL_OK;
+    const size_t first = roles[0] == CHAT_ROLE_SYSTEM ? 1 : 0;
+    for (size_t i = first; i < n; i++)
+        if ((roles[i] == CHAT_ROLE_USER) != ((i - first) % 2 == 0))
+            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                    "chat message %zu (%s): Conversation roles must alternate "
+                                    "user/assistant/user/assistant/... (the gemma3 template)",
+                                    i, chat_role_names[roles[i]]);
+    return CORRAL_OK;
+}
+
 static void render(builder *b, chat_template t, const render_args *a) {
     switch (t) {
         case CHAT_TEMPLATE_NONE:
@@ -413,6 +619,15 @@ static void render(builder *b, chat_template t, const render_args *a) {
         case CHAT_TEMPLATE_ZEPHYR:
             render_pipe_roles(b, a, "<|endoftext|>\n");
             break;
+        case CHAT_TEMPLATE_LLAMA3_INSTRUCT:
+            render_llama3_instruct(b, a);
+            break;
+        case CHAT_TEMPLATE_QWEN3:
+            render_qwen3(b, a);
+            break;
+        case CHAT_TEMPLATE_GEMMA3:
+            render_gemma3(b, a);
+            break;
         case CHAT_TEMPLATE_UNKNOWN:
         case CHAT_TEMPLATE_COUNT:
             break; /* rejected by the caller */
@@ -423,6 +638,14 @@ static void render(builder *b, chat_template t, const render_args *a) {
 
 chat_prompt *chat_prompt_new(chat_template tmpl, const chat_message *messages, size_t n,
                              bool add_generation_prompt, corral_error *err) {
+    const chat_options opts = {.add_generation_prompt = add_generation_prompt};
+    return chat_prompt_render(tmpl, messages, n, &opts, err);
+}
+
+chat_prompt *chat_prompt_render(chat_template tmpl, const chat_message *messages, size_t n,
+                                const chat_options *opts, corral_error *err) {
+    const chat_options none = {0};
+    if (!opts) opts = &none;
     if (tmpl < 0 || tmpl >= CHAT_TEMPLATE_COUNT) {
         corral_error_set(err, CORRAL_INVALID_ARGUMENT, "chat template %d is not a template",
                          (int)tmpl);
@@ -459,9 +682,20 @@ chat_prompt *chat_prompt_new(chat_template tmpl, const chat_message *messages, s
     builder b = {0};
     if (!roles || !p || !builder_reserve(&b, 0)) goto oom;
     for (size_t i = 0; i < n; i++) roles[i] = (chat_role)parse_role(messages[i].role);
+    if (check_jinja_roles(tmpl, roles, n, err) != CORRAL_OK) {
+        free(b.text);
+        free(roles);
+        chat_prompt_destroy(&p);
+        return NULL;
+    }
     b.text[0] = '\0';
-    render(&b, tmpl,
-           &(render_args){.m = messages, .roles = roles, .n = n, .gen = add_generation_prompt});
+    const char *bos = opts->bos_token
+                          ? opts->bos_token
+                          : (tmpl == CHAT_TEMPLATE_GEMMA3 ? "<bos>" : "<|begin_of_text|>");
+    render(
+        &b, tmpl,
+        &(render_args){
+            .m = messages, .roles = roles, .n = n, .gen = opts->add_generation_prompt, .bos = bos});
     if (b.oom) goto oom;
 
     p->segments = malloc((b.n_spans ? b.n_spans : 1) * sizeof *p->segments);

@@ -5,16 +5,20 @@
  * KV cache and its position in it. One sequence's tokens are consecutive (a prompt chunk, or a
  * single decode token), and a batch may hold the tokens of many sequences (continuous batching:
  * model_forward_batch). For token t of sequence s at position p_t:
- *   x = embed(tokens)
+ *   x = embed(tokens) (* sqrt(n_embd) for gemma)
  *   for each layer:
  *     xn = rms_norm(x) * attn_norm
- *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv); rotate q and k by each token's own
- *       position; store k, v at p_t in s's cache
- *     attn[h] = softmax(q[h] . K_s[0..p_t, kv(h)] / sqrt(head_dim)) . V_s[0..p_t, kv(h)]
- *       (causal, GQA; over s's cache alone, the batch's earlier tokens of s included)
- *     x += Wo attn
+ *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv) (views of one fused Wqkv for phi3);
+ *       each head of q and k rms_norm'ed (qwen3, gemma3); rotate q and k by each token's own
+ *       position (a sliding layer with its own RoPE base); store k, v at p_t in s's cache
+ *     attn[h] = softmax(q[h] . K_s[w..p_t, kv(h)] * scale) . V_s[w..p_t, kv(h)]
+ *       (causal, GQA; over s's cache alone, the batch's earlier tokens of s included; w is 0,
+ *       or p_t - n_swa + 1 in a sliding-window layer; scale 1/sqrt(head_dim) as a rule)
+ *     x += Wo attn (rms_norm'ed first * post_attention_norm for gemma3)
  *     xn = rms_norm(x) * ffn_norm
- *     x += Wdown (silu(Wgate xn) * Wup xn)
+ *     x += Wdown (act(Wgate xn) * Wup xn) (act SiLU, or GELU-tanh for gemma; rms_norm'ed first
+ *       * post_ffw_norm for gemma3)
+ * Which of these a model does is its architecture's row in arch.c and the tensors it binds.
  * The matrix products take the whole batch as one matrix, whichever sequences its rows belong to,
  * so the weights are read once per pass for all of them; everything else is per token (the row
  * ops) or per token against its own sequence's cache (attention), so a token's results do not
@@ -464,8 +468,9 @@ static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
     sets_per_group = (group + set_heads - 1) / set_heads;
     const int64_t n_q = (int64_t)hp->n_head * hd;
     const int64_t n_units = (int64_t)hp->n_head_kv * sets_per_group * n_tok;
-    const float scale = 1.0f / sqrtf((float)hd);
     float *scores = r->scores + (size_t)ith * KERNEL_ATTN_MAX_HEADS * hp->n_ctx_train;
+    /* A sliding layer's query at p sees positions p - n_swa + 1 .. p, a full layer's 0 .. p. */
+    const uint32_t window = r->m->layer_swa[task->il] ? hp->n_swa : UINT32_MAX;
     const int64_t end = split_begin(n_units, ith + 1, nth);
     for (int64_t i = split_begin(n_units, ith, nth); i < end; i++) {
         const uint32_t set = (uint32_t)(i / n_tok), t = (uint32_t)(i % n_tok);
@@ -473,10 +478,13 @@ static void attend_thread(void *arg, uint32_t ith, uint32_t nth) {
         const uint32_t h0 = kvh * group + (set % sets_per_group) * set_heads;
         const uint32_t h1 = h0 + set_heads < (kvh + 1) * group ? h0 + set_heads : (kvh + 1) * group;
         const struct kv_cache *kv = b->kv[t];
+        const uint32_t n_pos = b->pos[t] + 1 < window ? b->pos[t] + 1 : window;
+        const uint32_t first = b->pos[t] + 1 - n_pos;
         r->ops->attn_heads(h1 - h0, r->q + t * n_q + (size_t)h0 * hd,
-                           kv_cache_row(kv, kv->k, task->il, kvh, 0),
-                           kv_cache_row(kv, kv->v, task->il, kvh, 0), hd, b->pos[t] + 1, hd, scale,
-                           kv->type == KV_TYPE_F16, scores, r->attn + t * n_q + (size_t)h0 * hd);
+                           kv_cache_row(kv, kv->k, task->il, kvh, first),
+                           kv_cache_row(kv, kv->v, task->il, kvh, first), hd, n_pos, hd,
+                           hp->attn_scale, kv->type == KV_TYPE_F16, scores,
+                           r->attn + t * n_q + (size_t)h0 * hd);
     }
 }
 
@@ -492,9 +500,13 @@ static void add_bias(float *y, const model_weight *b, int64_t t0, int64_t t1) {
 /* The operations between the matrix products, token by token: each token's row is independent,
  * so a split of the tokens among threads changes no result. */
 typedef enum rows_op {
-    ROWS_ADD_NORM, /* x += add (when add is set); xn = rms_norm(x) * norm (when norm is set) */
-    ROWS_QKV,      /* biases, rotation of q and k, k and v into each token's cache */
-    ROWS_SWIGLU,   /* gate = silu(gate) * up */
+    /* add = rms_norm(add) * post (when post is set); x += add (when add is set);
+     * xn = rms_norm(x) * norm (when norm is set) */
+    ROWS_ADD_NORM,
+    /* biases; each head of q and k RMS-normalised (when the layer has q/k norms); rotation of q
+     * and k; k and v into each token's cache */
+    ROWS_QKV,
+    ROWS_GLU, /* gate = act(gate) * up, act the architecture's (SiLU or GELU-tanh) */
 } rows_op;
 
 typedef struct rows_task {
@@ -502,9 +514,21 @@ typedef struct rows_task {
     const forward_batch *b; /* ROWS_QKV: each token's cache and position */
     rows_op op;
     uint32_t n_tok, il;
-    const float *add;
+    float *add;
+    const model_weight *post;
     const model_weight *norm;
 } rows_task;
+
+/* RMS-normalise each of n_heads heads of x in place with one [head_dim] weight (no-op without
+ * the weight). */
+static void norm_heads(const struct model_runner *r, float *x, const model_weight *w,
+                       uint32_t n_heads) {
+    if (!w->data) return;
+    const model_hparams *hp = &r->m->hp;
+    for (uint32_t h = 0; h < n_heads; h++)
+        r->ops->rms_norm(x + (size_t)h * hp->head_dim, x + (size_t)h * hp->head_dim, w->data,
+                         hp->head_dim, hp->rms_eps);
+}
 
 static void rows_thread(void *arg, uint32_t ith, uint32_t nth) {
     const rows_task *task = arg;
@@ -518,6 +542,9 @@ static void rows_thread(void *arg, uint32_t ith, uint32_t nth) {
     switch (task->op) {
         case ROWS_ADD_NORM:
             for (int64_t t = t0; t < t1; t++) {
+                if (task->add && task->post && task->post->data)
+                    r->ops->rms_norm(task->add + t * n_embd, task->add + t * n_embd,
+                                     task->post->data, n_embd, hp->rms_eps);
                 if (task->add) ops_add(r->x + t * n_embd, task->add + t * n_embd, n_embd);
                 if (task->norm)
                     r->ops->rms_norm(r->xn + t * n_embd, r->x + t * n_embd, task->norm->data,
@@ -529,25 +556,34 @@ static void rows_thread(void *arg, uint32_t ith, uint32_t nth) {
             add_bias(r->q, model_layer_weight(m, il, ARCH_ROLE_ATTN_Q_BIAS), t0, t1);
             add_bias(r->k, model_layer_weight(m, il, ARCH_ROLE_ATTN_K_BIAS), t0, t1);
             add_bias(r->v, model_layer_weight(m, il, ARCH_ROLE_ATTN_V_BIAS), t0, t1);
+            const model_weight *q_norm = model_layer_weight(m, il, ARCH_ROLE_ATTN_Q_NORM);
+            const model_weight *k_norm = model_layer_weight(m, il, ARCH_ROLE_ATTN_K_NORM);
+            /* Sliding layers rotate with their own base (and never a scaled one). */
+            const int slides = m->layer_swa[il];
+            const rope_params *rope = slides ? &m->rope_swa : &m->rope;
+            const float *rope_cs = slides ? r->rope_cs_swa : r->rope_cs;
             for (int64_t t = t0; t < t1; t++) {
-                const float *cs = r->rope_cs + (size_t)t * hp->n_rot;
-                r->ops->rope(&m->rope, r->q + t * n_q, (int32_t)hp->n_head, (int32_t)hp->head_dim,
+                const float *cs = rope_cs + (size_t)t * hp->n_rot;
+                norm_heads(r, r->q + t * n_q, q_norm, hp->n_head);
+                norm_heads(r, r->k + t * n_kv, k_norm, hp->n_head_kv);
+                r->ops->rope(rope, r->q + t * n_q, (int32_t)hp->n_head, (int32_t)hp->head_dim, cs);
+                r->ops->rope(rope, r->k + t * n_kv, (int32_t)hp->n_head_kv, (int32_t)hp->head_dim,
                              cs);
-                r->ops->rope(&m->rope, r->k + t * n_kv, (int32_t)hp->n_head_kv,
-                             (int32_t)hp->head_dim, cs);
                 struct kv_cache *kv = task->b->kv[t];
                 kv_store(r, kv, kv->k, il, task->b->pos[t], r->k + t * n_kv);
                 kv_store(r, kv, kv->v, il, task->b->pos[t], r->v + t * n_kv);
             }
             break;
         }
-        case ROWS_SWIGLU:
+        case ROWS_GLU: {
             /* Row by row: a kernel may treat the end of its range apart (the avx2 one takes its
              * last elements one by one, with libm's expf), so the range must not depend on the
              * split. */
-            for (int64_t t = t0; t < t1; t++)
-                r->ops->swiglu(r->gate + t * n_ff, r->up + t * n_ff, n_ff);
+            void (*glu)(float *, const float *, int64_t) =
+                m->arch->ffn_act == ARCH_FFN_GELU_TANH ? r->ops->geglu : r->ops->swiglu;
+            for (int64_t t = t0; t < t1; t++) glu(r->gate + t * n_ff, r->up + t * n_ff, n_ff);
             break;
+        }
     }
 }
 
@@ -564,18 +600,29 @@ void forward_decoder(struct model_runner *r, const forward_batch *b) {
     const int64_t n_embd = hp->n_embd;
     const uint32_t n_tok = b->n_tok;
 
-    for (uint32_t t = 0; t < n_tok; t++)
-        forward_get_row(r, &m->global[ARCH_ROLE_TOKEN_EMBD], b->tokens[t], r->x + t * n_embd);
-    for (uint32_t t = 0; t < n_tok; t++)
+    for (uint32_t t = 0; t < n_tok; t++) {
+        float *x = r->x + t * n_embd;
+        forward_get_row(r, &m->global[ARCH_ROLE_TOKEN_EMBD], b->tokens[t], x);
+        if (hp->embd_scale != 1.0f)
+            for (int64_t i = 0; i < n_embd; i++) x[i] *= hp->embd_scale;
+    }
+    for (uint32_t t = 0; t < n_tok; t++) {
         ops_rope_cache(&m->rope, (int32_t)b->pos[t], r->rope_cs + (size_t)t * hp->n_rot);
+        if (r->rope_cs_swa)
+            ops_rope_cache(&m->rope_swa, (int32_t)b->pos[t],
+                           r->rope_cs_swa + (size_t)t * hp->n_rot);
+    }
 
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        /* Attention (the previous layer's feed-forward output joins the residual here). */
-        forward_rows(&(rows_task){.r = r,
-                                  .op = ROWS_ADD_NORM,
-                                  .n_tok = n_tok,
-                                  .add = il > 0 ? r->tmp : NULL,
-                                  .norm = model_layer_weight(m, il, ARCH_ROLE_ATTN_NORM)});
+        /* Attention (the previous layer's feed-forward output joins the residual here, after
+         * its post-norm when the architecture has one). */
+        forward_rows(&(rows_task){
+            .r = r,
+            .op = ROWS_ADD_NORM,
+            .n_tok = n_tok,
+            .add = il > 0 ? r->tmp : NULL,
+            .post = il > 0 ? model_layer_weight(m, il - 1, ARCH_ROLE_FFN_POST_NORM) : NULL,
+            .norm = model_layer_weight(m, il, ARCH_ROLE_ATTN_NORM)});
         r->epoch++;
         {
             float *const outs[] = {r->q, r->k, r->v};
@@ -595,6 +642,7 @@ void forward_decoder(struct model_runner *r, const forward_batch *b) {
                                   .op = ROWS_ADD_NORM,
                                   .n_tok = n_tok,
                                   .add = r->tmp,
+                                  .post = model_layer_weight(m, il, ARCH_ROLE_ATTN_POST_NORM),
                                   .norm = model_layer_weight(m, il, ARCH_ROLE_FFN_NORM)});
         r->epoch++;
         {
@@ -603,11 +651,16 @@ void forward_decoder(struct model_runner *r, const forward_batch *b) {
                                               model_layer_weight(m, il, ARCH_ROLE_FFN_UP)};
             forward_matmul_group(r, 2, outs, ws, r->xn, n_tok);
         }
-        forward_rows(&(rows_task){.r = r, .op = ROWS_SWIGLU, .n_tok = n_tok});
+        forward_rows(&(rows_task){.r = r, .op = ROWS_GLU, .n_tok = n_tok});
         r->epoch++;
         forward_matmul(r, r->tmp, model_layer_weight(m, il, ARCH_ROLE_FFN_DOWN), r->gate, n_tok);
     }
-    forward_rows(&(rows_task){.r = r, .op = ROWS_ADD_NORM, .n_tok = n_tok, .add = r->tmp});
+    forward_rows(
+        &(rows_task){.r = r,
+                     .op = ROWS_ADD_NORM,
+                     .n_tok = n_tok,
+                     .add = r->tmp,
+                     .post = model_layer_weight(m, hp->n_layer - 1, ARCH_ROLE_FFN_POST_NORM)});
     /* A sequence's tokens are in order: its last one leaves its cache's count. */
     for (uint32_t t = 0; t < n_tok; t++) b->kv[t]->n_pos = b->pos[t] + 1;
 }

@@ -113,6 +113,7 @@ static void kernel_fill_scalar(kernel_ops *o) {
     o->attn_heads = kernels__attn_heads_scalar;
     o->rms_norm = ops_rms_norm;
     o->swiglu = ops_swiglu;
+    o->geglu = ops_geglu;
     o->softmax = ops_softmax;
     o->rope = ops_rope_apply;
 }

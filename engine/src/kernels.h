@@ -34,8 +34,8 @@
  *   - F16 panel products: summed in float with FMA (the twin: in double), within a bound that
  *     grows with the row length (F16_PANEL_REL_ERR)
  *   - attention dots: float sums in another order; attention accumulation: bit-identical
- *   - rms_norm: the same double sum of squares in another order; swiglu/softmax: a vector exp
- *     within a few ulp of libm's expf
+ *   - rms_norm: the same double sum of squares in another order; swiglu/geglu/softmax: a vector
+ *     exp within a few ulp of libm's expf
  */
 #ifndef CORRAL_ENGINE_KERNELS_H
 #define CORRAL_ENGINE_KERNELS_H
@@ -174,6 +174,7 @@ typedef struct kernel_ops {
     /* Row ops, with the contracts of their scalar twins in ops.h. */
     void (*rms_norm)(float *out, const float *x, const float *weight, int64_t n, float eps);
     void (*swiglu)(float *gate, const float *up, int64_t n);
+    void (*geglu)(float *gate, const float *up, int64_t n);
     void (*softmax)(float *x, int64_t n);
     /* ops_rope_apply, bit for bit (each element's two products and their sum or difference). */
     void (*rope)(const rope_params *p, float *x, int32_t n_heads, int32_t head_dim,

@@ -48,6 +48,51 @@ static corral_status hp_f32(const gguf_file *f, const char *arch, const char *su
     return st;
 }
 
+/* Sliding-window attention, for the architectures that have it (arch_desc.swa): the window, the
+ * layers that slide, and their rotation. Gemma 3 27B (62 layers) scales scores by
+ * 1/sqrt(n_embd/n_head) rather than by the head size, as llama.cpp does. */
+static corral_status model_read_swa(struct model *m, corral_error *err) {
+    const gguf_file *f = m->file;
+    model_hparams *hp = &m->hp;
+    const char *a = hp->arch;
+    corral_status st;
+    m->layer_swa = calloc(hp->n_layer, 1);
+    m->swa_before = calloc(hp->n_layer, sizeof *m->swa_before);
+    if (!m->layer_swa || !m->swa_before)
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    m->rope_swa = m->rope;
+    if (!m->arch->swa) return CORRAL_OK;
+    if (strcmp(a, "gemma3") == 0 && hp->n_layer == 62)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    if ((st = hp_u32(f, a, "attention.sliding_window", &hp->n_swa, 0, err))) return st;
+    if (hp->n_swa == 0) return CORRAL_OK;
+    hp->swa_pattern = m->arch->swa_pattern_default;
+    hp->rope_freq_base_swa = m->arch->rope_base_swa_default;
+    if ((st = hp_u32(f, a, "attention.sliding_window_pattern", &hp->swa_pattern, 0, err)) ||
+        (st = hp_f32(f, a, "rope.freq_base_swa", &hp->rope_freq_base_swa, 0, err)))
+        return st;
+    if (hp->n_swa > (1u << 24) || hp->swa_pattern > hp->n_layer + 1)
+        return corral_error_set(err, CORRAL_FORMAT,
+                                "%s.attention.sliding_window = %u / sliding_window_pattern = %u "
+                                "out of range",
+                                a, hp->n_swa, hp->swa_pattern);
+    if (!(hp->rope_freq_base_swa > 1.0f) || !isfinite(hp->rope_freq_base_swa))
+        return corral_error_set(err, CORRAL_FORMAT, "%s.rope.freq_base_swa = %g is out of range", a,
+                                (double)hp->rope_freq_base_swa);
+    /* llama.cpp's rule: pattern 0 makes every layer slide, pattern p the first p - 1 of every
+     * p (so 1 makes none slide). */
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        m->layer_swa[il] =
+            hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1 ? 1 : 0;
+        m->swa_before[il] = hp->n_swa_layers;
+        hp->n_swa_layers += m->layer_swa[il];
+    }
+    m->rope_swa.freq_base = hp->rope_freq_base_swa;
+    m->rope_swa.freq_scale = 1.0f;
+    m->rope_swa.ext_factor = 0.0f;
+    return CORRAL_OK;
+}
+
 static corral_status model_read_hparams(struct model *m, corral_error *err) {
     const gguf_file *f = m->file;
     model_hparams *hp = &m->hp;
@@ -74,14 +119,21 @@ static corral_status model_read_hparams(struct model *m, corral_error *err) {
                                 "hyperparameters out of range: embedding_length=%u "
                                 "block_count=%u feed_forward_length=%u context_length=%u",
                                 hp->n_embd, hp->n_layer, hp->n_ff, hp->n_ctx_train);
+    /* The head size is n_embd / n_head unless the file says otherwise: Qwen3 and Gemma 3 have
+     * heads wider than that (n_head * head_dim > n_embd), and the projections' shapes follow. */
     hp->head_dim = hp->n_embd / hp->n_head;
     if ((st = hp_u32(f, a, "attention.key_length", &hp->head_dim, 0, err))) return st;
     uint32_t value_length = hp->head_dim;
     if ((st = hp_u32(f, a, "attention.value_length", &value_length, 0, err))) return st;
-    if (hp->head_dim == 0 || hp->head_dim > 1024 || value_length != hp->head_dim)
+    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2 != 0)
         return corral_error_set(err, CORRAL_FORMAT,
-                                "head dimension %u (key_length) / %u (value_length) unsupported",
-                                hp->head_dim, value_length);
+                                "%s.attention.key_length = %u must be even and in 2..1024", a,
+                                hp->head_dim);
+    if (value_length != hp->head_dim)
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "%s.attention.value_length = %u differs from key_length = %u: "
+                                "corral supports equal key and value head sizes",
+                                a, value_length, hp->head_dim);
     hp->n_rot = hp->head_dim;
     if ((st = hp_u32(f, a, "rope.dimension_count", &hp->n_rot, 0, err))) return st;
     if (hp->n_rot == 0 || hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim)
@@ -148,7 +200,16 @@ static corral_status model_read_hparams(struct model *m, corral_error *err) {
                                 "%s.rope.scaling.type '%s' is not supported (none, linear, yarn)",
                                 a, hp->rope_scaling);
     }
-    return CORRAL_OK;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = m->arch->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
+    if (m->arch->softcap) {
+        if ((st = hp_f32(f, a, "final_logit_softcapping", &hp->logit_softcap, 0, err))) return st;
+        if (!(hp->logit_softcap >= 0.0f && hp->logit_softcap < 1e6f))
+            return corral_error_set(err, CORRAL_FORMAT,
+                                    "%s.final_logit_softcapping = %g is out of range", a,
+                                    (double)hp->logit_softcap);
+    }
+    return model_read_swa(m, err);
 }
 
 /* ---- weight binding -------------------------------------------------------------------------- */
@@ -169,6 +230,12 @@ static int64_t dim_value(const model_hparams *hp, arch_dim d) {
             return hp->n_ff;
         case ARCH_DIM_ROT_HALF:
             return hp->n_rot / 2;
+        case ARCH_DIM_HEAD:
+            return hp->head_dim;
+        case ARCH_DIM_QKV:
+            return ((int64_t)hp->n_head + 2 * (int64_t)hp->n_head_kv) * hp->head_dim;
+        case ARCH_DIM_FF2:
+            return 2 * (int64_t)hp->n_ff;
     }
     return -1;
 }
@@ -186,6 +253,11 @@ static corral_status bind_tensor(struct model *m, const arch_tensor *at, uint32_
                                 "tensor %s is missing (architecture %s needs it)", name,
                                 m->arch->name);
     }
+    if (at->flags & ARCH_TENSOR_REJECT)
+        return corral_error_set(err, CORRAL_UNSUPPORTED,
+                                "tensor %s means %s, which corral does "
+                                "not support",
+                                name, at->what);
     const int64_t want0 = dim_value(&m->hp, at->ne[0]), want1 = dim_value(&m->hp, at->ne[1]);
     /* Unused dimensions are 1, so a vector has ne[1] == 1 and nothing beyond. */
     int64_t extra = 1;
@@ -208,7 +280,37 @@ static corral_status bind_tensor(struct model *m, const arch_tensor *at, uint32_
     w->n_out = t->ne[1];
     w->traits = tensor_type_get_traits(t->type);
     w->row_bytes = tensor_row_size((tensor_type)t->type, t->ne[0]);
+    w->tensor = t;
     m->weight_bytes += t->size;
+    return CORRAL_OK;
+}
+
+/* The slot of a role: a global one, or layer il's. */
+static model_weight *model_role_slot(struct model *m, arch_role role, uint32_t il) {
+    if (role < ARCH_ROLE_FIRST_LAYER_ROLE) return &m->global[role];
+    return &m->layers[(size_t)il * ARCH_N_LAYER_ROLES + (role - ARCH_ROLE_FIRST_LAYER_ROLE)];
+}
+
+/* Bind tensor `at` of layer il (0 for globals): into its role's slot, or for a fused tensor, each
+ * part into its role's slot as a view of the part's rows (the shape was checked whole, and the
+ * parts' rows add up to it). */
+static corral_status bind_arch_tensor(struct model *m, const arch_tensor *at, uint32_t il,
+                                      corral_error *err) {
+    model_weight whole;
+    if (at->flags & ARCH_TENSOR_REJECT) return bind_tensor(m, at, il, &whole, err);
+    if (at->n_parts == 0) return bind_tensor(m, at, il, model_role_slot(m, at->role, il), err);
+    const corral_status st = bind_tensor(m, at, il, &whole, err);
+    if (st != CORRAL_OK || !whole.data) return st;
+    int64_t row0 = 0;
+    for (uint32_t p = 0; p < at->n_parts; p++) {
+        model_weight *w = model_role_slot(m, at->parts[p], il);
+        *w = whole;
+        w->n_out = dim_value(&m->hp, at->part_rows[p]);
+        w->row0 = row0;
+        w->data = (const char *)whole.data + row0 * (int64_t)whole.row_bytes;
+        w->file_data = w->data;
+        row0 += w->n_out;
+    }
     return CORRAL_OK;
 }
 
@@ -224,15 +326,10 @@ static corral_status model_bind_weights(struct model *m, corral_error *err) {
     if (!m->layers) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < m->arch->n_tensors; i++) {
         const arch_tensor *at = &m->arch->tensors[i];
-        if (at->role < ARCH_ROLE_FIRST_LAYER_ROLE) {
-            corral_status st = bind_tensor(m, at, 0, &m->global[at->role], err);
-            if (st != CORRAL_OK) return st;
-            continue;
-        }
-        for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-            model_weight *w = &m->layers[(size_t)il * ARCH_N_LAYER_ROLES +
-                                         (at->role - ARCH_ROLE_FIRST_LAYER_ROLE)];
-            corral_status st = bind_tensor(m, at, il, w, err);
+        /* A per-layer name has a %u for the block; a global one none. */
+        const int per_layer = strstr(at->name, "%u") != NULL;
+        for (uint32_t il = 0; il < (per_layer ? m->hp.n_layer : 1); il++) {
+            const corral_status st = bind_arch_tensor(m, at, il, err);
             if (st != CORRAL_OK) return st;
         }
     }
@@ -240,8 +337,10 @@ static corral_status model_bind_weights(struct model *m, corral_error *err) {
         m->global[ARCH_ROLE_OUTPUT] = m->global[ARCH_ROLE_TOKEN_EMBD];
         m->hp.tied_output = 1;
     }
-    if (m->global[ARCH_ROLE_ROPE_FREQS].data)
+    if (m->global[ARCH_ROLE_ROPE_FREQS].data) {
         m->rope.freq_factors = m->global[ARCH_ROLE_ROPE_FREQS].data;
+        m->hp.rope_freq_factors = 1;
+    }
     return CORRAL_OK;
 }
 
@@ -339,6 +438,8 @@ void model_destroy(model **pm) {
     tok_destroy(&m->tok);
     model__packed_destroy(&m->packed);
     free(m->layers);
+    free(m->layer_swa);
+    free(m->swa_before);
     gguf_destroy(&m->file);
     free(m);
     *pm = NULL;
@@ -397,7 +498,30 @@ uint64_t model_weight_bytes(const model *m) {
     return m->weight_bytes;
 }
 
+int model_layer_slides(const model *m, uint32_t il) {
+    return il < m->hp.n_layer && m->layer_swa[il];
+}
+
 /* ---- KV cache -------------------------------------------------------------------------------- */
+
+/* The rows per KV head of a sliding layer in a cache of n_ctx positions. */
+static uint32_t kv_swa_rows(const struct model *m, uint32_t n_ctx) {
+    if (m->hp.n_swa_layers == 0) return n_ctx;
+    const uint64_t rows = (uint64_t)m->hp.n_swa + KV_WINDOW_SLACK;
+    return rows < n_ctx ? (uint32_t)rows : n_ctx;
+}
+
+/* Rows of head_dim elements in one of a cache's K or V buffers. */
+static uint64_t kv_total_rows(const struct model *m, uint32_t n_ctx) {
+    const uint64_t n_full = m->hp.n_layer - m->hp.n_swa_layers;
+    return (uint64_t)m->hp.n_head_kv *
+           (n_full * n_ctx + (uint64_t)m->hp.n_swa_layers * kv_swa_rows(m, n_ctx));
+}
+
+uint64_t kv_cache_bytes_for(const model *m, uint32_t n_ctx, kv_type type) {
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
+    return 2 * kv_total_rows(m, n_ctx) * m->hp.head_dim * (type == KV_TYPE_F32 ? 4 : 2);
+}
 
 kv_cache *kv_cache_new(const model *m, uint32_t n_ctx, kv_type type, corral_error *err) {
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
@@ -421,13 +545,16 @@ kv_cache *kv_cache_new(const model *m, uint32_t n_ctx, kv_type type, corral_erro
     kv->elem_size = type == KV_TYPE_F16 ? 2 : 4;
     kv->n_head_kv = m->hp.n_head_kv;
     kv->head_dim = m->hp.head_dim;
-    const size_t bytes =
-        (size_t)m->hp.n_layer * kv->n_head_kv * n_ctx * kv->head_dim * kv->elem_size;
-    kv->k = malloc(bytes);
-    kv->v = malloc(bytes);
+    kv->swa_rows = kv_swa_rows(m, n_ctx);
+    kv->pass_max = kv->swa_rows < n_ctx ? kv->swa_rows - m->hp.n_swa + 1 : UINT32_MAX;
+    const uint64_t bytes = kv_cache_bytes_for(m, n_ctx, type) / 2;
+    if (bytes <= SIZE_MAX) {
+        kv->k = malloc((size_t)bytes);
+        kv->v = malloc((size_t)bytes);
+    }
     if (!kv->k || !kv->v) {
-        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot allocate a KV cache of %zu bytes",
-                         2 * bytes);
+        corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot allocate a KV cache of %llu bytes",
+                         (unsigned long long)(2 * bytes));
         kv_cache_destroy(&kv);
         return NULL;
     }
@@ -451,33 +578,78 @@ uint32_t kv_cache_n_ctx(const kv_cache *kv) {
 }
 
 uint64_t kv_cache_bytes(const kv_cache *kv) {
-    return 2ull * kv->m->hp.n_layer * kv->n_head_kv * kv->n_ctx * kv->head_dim * kv->elem_size;
+    return kv_cache_bytes_for(kv->m, kv->n_ctx, kv->type);
 }
 
 kv_type kv_cache_type(const kv_cache *kv) {
     return kv->type;
 }
 
-void kv_cache_truncate(kv_cache *kv, uint32_t n_pos) {
-    if (n_pos < kv->n_pos) kv->n_pos = n_pos;
+/* The first position whose rows a query at position pos of a sliding layer reads. */
+static uint32_t kv_window_start(const struct model *m, uint32_t pos) {
+    return pos + 1 > m->hp.n_swa ? pos + 1 - m->hp.n_swa : 0;
+}
+
+/* Move rows [from, from + n) of every sliding layer's heads to their row 0. */
+static void kv_swa_shift(struct kv_cache *kv, uint32_t from, uint32_t n) {
+    const size_t row_bytes = (size_t)kv->head_dim * kv->elem_size;
+    for (uint32_t il = 0; il < kv->m->hp.n_layer; il++) {
+        if (!kv->m->layer_swa[il]) continue;
+        for (uint32_t h = 0; h < kv->n_head_kv; h++) {
+            const size_t head =
+                (size_t)((char *)kv_cache_row(kv, kv->k, il, h, kv->swa_base) - (char *)kv->k);
+            memmove((char *)kv->k + head, (char *)kv->k + head + from * row_bytes, n * row_bytes);
+            memmove((char *)kv->v + head, (char *)kv->v + head + from * row_bytes, n * row_bytes);
+        }
+    }
+}
+
+void kv__window_make_room(struct kv_cache *kv, uint32_t first, uint32_t last) {
+    if (kv->pass_max == UINT32_MAX || last - kv->swa_base < kv->swa_rows) return;
+    /* The positions before first's window are never read again. */
+    const uint32_t keep = kv_window_start(kv->m, first);
+    kv_swa_shift(kv, keep - kv->swa_base, first - keep);
+    kv->swa_base = keep;
+}
+
+uint32_t kv_cache_truncate(kv_cache *kv, uint32_t n_pos) {
+    if (n_pos >= kv->n_pos) return kv->n_pos;
+    /* A sliding layer must still hold the window of the next position, n_pos. */
+    if (n_pos > 0 && kv_window_start(kv->m, n_pos) < kv->swa_base) n_pos = 0;
+    kv->n_pos = n_pos;
+    if (n_pos == 0) kv->swa_base = 0;
+    return n_pos;
+}
+
+uint32_t kv_cache_layer_first(const kv_cache *kv, uint32_t layer) {
+    return layer < kv->m->hp.n_layer ? kv_layer_base(kv, layer) : 0;
 }
 
 const void *kv_cache_rows(const kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
                           size_t *row_bytes) {
     if (layer >= kv->m->hp.n_layer || kv_head >= kv->n_head_kv) return NULL;
     *row_bytes = kv->head_dim * kv->elem_size;
-    return kv_cache_row(kv, values ? kv->v : kv->k, layer, kv_head, 0);
+    return kv_cache_row(kv, values ? kv->v : kv->k, layer, kv_head, kv_layer_base(kv, layer));
 }
 
 corral_status kv_cache_load_rows(kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
-                                 const void *rows, uint32_t n, corral_error *err) {
+                                 const void *rows, uint32_t first, uint32_t n, corral_error *err) {
     if (layer >= kv->m->hp.n_layer || kv_head >= kv->n_head_kv || n > kv->n_ctx)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "KV rows for layer %u, head %u and %u positions do not fit this "
                                 "cache (%u layers, %u heads, %u positions)",
                                 layer, kv_head, n, kv->m->hp.n_layer, kv->n_head_kv, kv->n_ctx);
-    memcpy(kv_cache_row(kv, values ? kv->v : kv->k, layer, kv_head, 0), rows,
-           (size_t)n * kv->head_dim * kv->elem_size);
+    const int slides = kv->m->layer_swa[layer];
+    if (first > n || (!slides && first != 0) ||
+        (slides && (n - first > kv->swa_rows || (n > 0 && first > kv_window_start(kv->m, n)))))
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "KV rows of layer %u from position %u to %u do not fit this cache "
+                                "(%s layer, %u rows)",
+                                layer, first, n, slides ? "a sliding" : "a full",
+                                kv_layer_rows(kv, layer));
+    if (slides) kv->swa_base = first;
+    memcpy(kv_cache_row(kv, values ? kv->v : kv->k, layer, kv_head, first), rows,
+           (size_t)(n - first) * kv->head_dim * kv->elem_size);
     kv->n_pos = n;
     return CORRAL_OK;
 }
@@ -490,13 +662,24 @@ corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *er
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "destination context (%u) is smaller than the %u positions to copy",
                                 dst->n_ctx, src->n_pos);
-    const size_t bytes = (size_t)src->n_pos * src->head_dim * src->elem_size;
-    for (uint32_t il = 0; il < src->m->hp.n_layer; il++)
+    const uint32_t n = src->n_pos;
+    /* The sliding layers' rows: what src holds, or the newest that dst's rows take (always the
+     * window of the next position). */
+    uint32_t swa_first = src->swa_base;
+    if (n - swa_first > dst->swa_rows) swa_first = n - dst->swa_rows;
+    const size_t row_bytes = (size_t)src->head_dim * src->elem_size;
+    dst->swa_base = swa_first;
+    for (uint32_t il = 0; il < src->m->hp.n_layer; il++) {
+        const uint32_t first = src->m->layer_swa[il] ? swa_first : 0;
+        const size_t bytes = (size_t)(n - first) * row_bytes;
         for (uint32_t h = 0; h < src->n_head_kv; h++) {
-            memcpy(kv_cache_row(dst, dst->k, il, h, 0), kv_cache_row(src, src->k, il, h, 0), bytes);
-            memcpy(kv_cache_row(dst, dst->v, il, h, 0), kv_cache_row(src, src->v, il, h, 0), bytes);
+            memcpy(kv_cache_row(dst, dst->k, il, h, first), kv_cache_row(src, src->k, il, h, first),
+                   bytes);
+            memcpy(kv_cache_row(dst, dst->v, il, h, first), kv_cache_row(src, src->v, il, h, first),
+                   bytes);
         }
-    dst->n_pos = src->n_pos;
+    }
+    dst->n_pos = n;
     return CORRAL_OK;
 }
 
@@ -545,6 +728,7 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
         (r->up = malloc(B * hp->n_ff * sizeof(float))) &&
         (r->scores = malloc(T * KERNEL_ATTN_MAX_HEADS * hp->n_ctx_train * sizeof(float))) &&
         (r->rope_cs = malloc(B * hp->n_rot * sizeof(float))) &&
+        (hp->n_swa_layers == 0 || (r->rope_cs_swa = malloc(B * hp->n_rot * sizeof(float)))) &&
         (r->row_f32 = malloc(T * max_in * sizeof(float))) &&
         (r->kv_row = malloc(T * hp->head_dim * sizeof(float))) &&
         (r->tok_id = malloc(B * sizeof *r->tok_id)) &&
@@ -594,8 +778,9 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
 void model_runner_destroy(model_runner **pr) {
     if (!pr || !*pr) return;
     struct model_runner *r = *pr;
-    float *bufs[] = {r->x,    r->xn, r->q,      r->k,       r->v,       r->attn,   r->tmp,
-                     r->gate, r->up, r->scores, r->rope_cs, r->row_f32, r->kv_row, r->scatter};
+    float *bufs[] = {r->x,       r->xn,          r->q,       r->k,      r->v,
+                     r->attn,    r->tmp,         r->gate,    r->up,     r->scores,
+                     r->rope_cs, r->rope_cs_swa, r->row_f32, r->kv_row, r->scatter};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(r->tok_id);
     free(r->tok_kv);
@@ -630,6 +815,14 @@ static void forward_logits(struct model_runner *r, uint32_t n, const uint32_t *t
         forward_matmul_rows(r, rows, &m->global[ARCH_ROLE_OUTPUT], r->xn, n);
     else
         forward_matmul(r, logits, &m->global[ARCH_ROLE_OUTPUT], r->xn, n);
+    /* Softcapping (gemma): c * tanh(l / c), as llama.cpp computes it (scale, tanh, scale). */
+    const float cap = m->hp.logit_softcap;
+    if (cap > 0.0f)
+        for (uint32_t i = 0; i < n; i++) {
+            float *row = rows ? rows[i] : logits + (size_t)i * m->hp.n_vocab;
+            for (uint32_t v = 0; v < m->hp.n_vocab; v++)
+                row[v] = tanhf(row[v] * (1.0f / cap)) * cap;
+        }
 }
 
 /* Tells one model_forward_batch call's checks from every other's (kv_cache.batch_call). */
@@ -696,7 +889,11 @@ static void batch_run(struct model_runner *r, const model_seq *seqs, uint32_t n_
         while (s < n_seqs && n < r->max_batch) {
             const model_seq *q = &seqs[s];
             const uint32_t left = q->n_tokens - i, room = r->max_batch - n;
-            const uint32_t take = left < room ? left : room;
+            uint32_t take = left < room ? left : room;
+            /* A cache with sliding layers takes at most pass_max tokens a pass, and makes room for
+             * them before it (kv__window_make_room). */
+            if (take > q->kv->pass_max) take = q->kv->pass_max;
+            kv__window_make_room(q->kv, q->kv->n_pos, q->kv->n_pos + take - 1);
             for (uint32_t j = 0; j < take; j++) {
                 r->tok_id[n + j] = q->tokens[i + j];
                 r->tok_kv[n + j] = q->kv;

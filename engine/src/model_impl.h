@@ -28,6 +28,10 @@ typedef struct model_weight {
     /* 1 when data holds the rows in panel layout (kernels.h): n_out / 16 panels, then the rows
      * left over as in the file. Only for types with a panel kernel on the runner's path. */
     int panels;
+    /* The file's tensor the weight is, or a view of (a fused tensor's part: rows [row0,
+     * row0 + n_out) of it); NULL when absent. */
+    const gguf_tensor *tensor;
+    int64_t row0;
 } model_weight;
 
 struct model {
@@ -36,7 +40,10 @@ struct model {
     model_hparams hp;
     model_params params;
     tokenizer *tok;
-    rope_params rope;
+    rope_params rope;     /* the full-attention layers' rotation */
+    rope_params rope_swa; /* the sliding layers' (their own base, never scaled) */
+    uint8_t *layer_swa;   /* [n_layer]: 1 for a sliding layer */
+    uint32_t *swa_before; /* [n_layer]: how many sliding layers come before each (KV layout) */
     model_weight global[ARCH_N_GLOBAL_ROLES];
     model_weight *layers; /* [n_layer][ARCH_N_LAYER_ROLES] */
     uint64_t weight_bytes;
@@ -73,8 +80,19 @@ struct kv_cache {
     size_t elem_size; /* 2 (F16) or 4 (F32) */
     uint32_t n_head_kv;
     uint32_t head_dim;
-    /* [n_layer][n_head_kv][n_ctx][head_dim]: one KV head's rows are contiguous, so attention
-     * streams them instead of reading a head's part of every position's row. */
+    /* Rows per KV head of a sliding layer (min(n_ctx, n_swa + KV_WINDOW_SLACK)); n_ctx when the
+     * model has none. */
+    uint32_t swa_rows;
+    /* The position in a sliding layer's row 0: rows hold positions [swa_base, n_pos). A pass that
+     * would write past the last row first moves the window of its first position to the front
+     * (kv__window_make_room), so the rows a query reads are always contiguous and in order. */
+    uint32_t swa_base;
+    /* Tokens of this cache one pass may take: swa_rows - n_swa + 1 when the rows may have to
+     * move, else no limit (UINT32_MAX). */
+    uint32_t pass_max;
+    /* For each layer in order, [n_head_kv][rows][head_dim] (rows: n_ctx, or swa_rows for a
+     * sliding layer): one KV head's rows are contiguous, so attention streams them instead of
+     * reading a head's part of every position's row. */
     void *k;
     void *v;
     /* The model_forward_batch call that last checked this cache (a number unique in the process),
@@ -84,12 +102,31 @@ struct kv_cache {
     uint32_t n_pos_at_call;
 };
 
-/* The row of (layer, KV head, position) in base (kv->k or kv->v). */
+/* The rows per KV head a cache keeps for layer il. */
+static inline uint32_t kv_layer_rows(const struct kv_cache *kv, uint32_t il) {
+    return kv->m->layer_swa[il] ? kv->swa_rows : kv->n_ctx;
+}
+
+/* The position of layer il's row 0. */
+static inline uint32_t kv_layer_base(const struct kv_cache *kv, uint32_t il) {
+    return kv->m->layer_swa[il] ? kv->swa_base : 0;
+}
+
+/* The row of (layer, KV head, position) in base (kv->k or kv->v); pos must be held (at least
+ * the layer's base). */
 static inline void *kv_cache_row(const struct kv_cache *kv, void *base, uint32_t il, uint32_t kvh,
                                  uint32_t pos) {
-    return (char *)base +
-           ((((size_t)il * kv->n_head_kv + kvh) * kv->n_ctx + pos) * kv->head_dim) * kv->elem_size;
+    /* The layers before il: swa_before[il] sliding ones, the others full. */
+    const size_t swa = kv->m->swa_before[il], full = il - swa;
+    const size_t layer0 = kv->n_head_kv * (full * kv->n_ctx + swa * kv->swa_rows);
+    const size_t row = layer0 + (size_t)kvh * kv_layer_rows(kv, il) + (pos - kv_layer_base(kv, il));
+    return (char *)base + row * kv->head_dim * kv->elem_size;
 }
+
+/* Make room in the sliding layers for positions [first, last] of a pass, first being the
+ * cache's n_pos: when last would fall past the rows, the rows of first's window move to the
+ * front (memmove) and swa_base follows. last - first < pass_max. */
+void kv__window_make_room(struct kv_cache *kv, uint32_t first, uint32_t last);
 
 /* Activations quantized to a weight's partner type are cached per type until the source buffer
  * changes (the forward pass bumps `epoch` whenever it rewrites a matmul input). */
@@ -108,18 +145,19 @@ struct model_runner {
     /* The CPU kernels: kernels_get(), or the scalar ones in reference mode. */
     const kernel_ops *ops;
     /* Activations, [max_batch][dim]. */
-    float *x;       /* residual stream [n_embd] */
-    float *xn;      /* normed input of attention / ffn [n_embd] */
-    float *q;       /* [n_q] */
-    float *k;       /* [n_kv] */
-    float *v;       /* [n_kv] */
-    float *attn;    /* attention output [n_q] */
-    float *tmp;     /* output of a projection [n_embd] */
-    float *gate;    /* [n_ff] */
-    float *up;      /* [n_ff] */
-    float *scores;  /* attention scores over the context, per thread and head of a kernel call
-                       [n_threads][KERNEL_ATTN_MAX_HEADS][n_ctx_train] */
-    float *rope_cs; /* cos/sin per token [max_batch][n_rot] */
+    float *x;           /* residual stream [n_embd] */
+    float *xn;          /* normed input of attention / ffn [n_embd] */
+    float *q;           /* [n_q] */
+    float *k;           /* [n_kv] */
+    float *v;           /* [n_kv] */
+    float *attn;        /* attention output [n_q] */
+    float *tmp;         /* output of a projection [n_embd] */
+    float *gate;        /* [n_ff] */
+    float *up;          /* [n_ff] */
+    float *scores;      /* attention scores over the context, per thread and head of a kernel call
+                           [n_threads][KERNEL_ATTN_MAX_HEADS][n_ctx_train] */
+    float *rope_cs;     /* cos/sin per token [max_batch][n_rot] */
+    float *rope_cs_swa; /* the same for the sliding layers' rotation (NULL without them) */
     float *row_f32; /* a dequantized weight row (reference mode), per thread [n_threads][max_in] */
     float *kv_row;  /* a K or V row converted to F32, per thread [n_threads][head_dim] */
     void *row_q;    /* one weight row in file layout, taken out of a panel (forward_get_row) */

@@ -51,7 +51,8 @@ struct model_packed {
     char *path; /* the image's path, or NULL */
 };
 
-/* A distinct tensor to repack (the tied output and token_embd are one). */
+/* A distinct tensor to repack (the tied output and token_embd are one; so are the views of a
+ * fused tensor). */
 typedef struct repack_item {
     const gguf_tensor *t; /* in the model file */
     const void *src;
@@ -75,20 +76,19 @@ static model_weight *model_slot(struct model *m, size_t i) {
     return i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
 }
 
-/* Whether slot i's weight goes into panels on this kernel path. */
+/* Whether slot i's weight goes into panels on this kernel path. A view of a fused tensor's rows
+ * (arch.h) is packed as part of the whole tensor, which gives it panels of its own only when it
+ * starts on a panel boundary and ends on one or at the tensor's end (its leftover rows are then
+ * the tensor's). */
 static int repack_wanted(const struct model *m, const kernel_ops *ops, size_t i,
                          const model_weight *w) {
     if (!w->data || w->n_out < KERNEL_PANEL_ROWS) return 0;
     /* The untied embedding is only ever read by rows. */
     if (i == ARCH_ROLE_TOKEN_EMBD && !m->hp.tied_output) return 0;
+    if (w->row0 % KERNEL_PANEL_ROWS != 0 ||
+        (w->n_out % KERNEL_PANEL_ROWS != 0 && w->row0 + w->n_out != w->tensor->ne[1]))
+        return 0;
     return kernels_panel_layout_known((tensor_type)w->type) && ops->type[w->type].panel_dot;
-}
-
-/* The file's tensor whose data a weight points at. */
-static const gguf_tensor *tensor_of(const gguf_file *f, const void *data) {
-    for (uint64_t i = 0; i < gguf_tensor_count(f); i++)
-        if (gguf_tensor_at(f, i)->data == data) return gguf_tensor_at(f, i);
-    return NULL;
 }
 
 static corral_status repack_make_plan(struct model *m, const kernel_ops *ops, repack_plan *plan,
@@ -100,14 +100,16 @@ static corral_status repack_make_plan(struct model *m, const kernel_ops *ops, re
         const model_weight *w = model_slot(m, i);
         if (!repack_wanted(m, ops, i, w)) continue;
         int seen = 0;
-        for (size_t k = 0; k < plan->n_items && !seen; k++) seen = plan->items[k].src == w->data;
+        for (size_t k = 0; k < plan->n_items && !seen; k++) seen = plan->items[k].t == w->tensor;
         if (seen) continue;
-        const size_t bytes = (size_t)w->n_out * w->row_bytes;
-        plan->items[plan->n_items++] = (repack_item){.t = tensor_of(m->file, w->data),
-                                                     .src = w->data,
+        /* The whole file tensor, of which the weight may be a view. */
+        const int64_t n_out = w->tensor->ne[1];
+        const size_t bytes = (size_t)n_out * w->row_bytes;
+        plan->items[plan->n_items++] = (repack_item){.t = w->tensor,
+                                                     .src = w->tensor->data,
                                                      .type = w->type,
                                                      .n_in = w->n_in,
-                                                     .n_out = w->n_out,
+                                                     .n_out = n_out,
                                                      .bytes = bytes,
                                                      .offset = plan->total};
         /* In memory, each tensor on a cache line of its own. */
@@ -348,8 +350,9 @@ corral_status model__repack(struct model *m, corral_error *err) {
         model_weight *w = model_slot(m, i);
         if (!repack_wanted(m, ops, i, w)) continue;
         for (size_t k = 0; k < plan.n_items; k++) {
-            if (plan.items[k].src != w->data) continue;
-            w->data = plan.items[k].dst;
+            if (plan.items[k].t != w->tensor) continue;
+            /* A panel holds as many bytes as its 16 rows: a view's panels start at its row. */
+            w->data = (const char *)plan.items[k].dst + w->row0 * (int64_t)w->row_bytes;
             w->panels = 1;
             break;
         }

@@ -91,6 +91,14 @@ void ops_swiglu(float *gate, const float *up, int64_t n) {
     }
 }
 
+void ops_geglu(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        const float z = (g * g * OPS_GELU_C2 + OPS_GELU_C1) * g * -2.0f;
+        gate[i] = g / (1.0f + expf(z)) * up[i];
+    }
+}
+
 void ops_add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -1,6 +1,6 @@
 /*
  * ops.h — the elementwise and row operations of a transformer forward pass (private to the
- * engine): RMS normalisation, rotary position embedding, softmax, SwiGLU.
+ * engine): RMS normalisation, rotary position embedding, softmax, SwiGLU and GeGLU.
  *
  * These are the portable reference versions. They follow ggml's arithmetic closely (sums of
  * squares in double, the same RoPE angle recurrence) so that corral's logits agree with
@@ -45,6 +45,14 @@ void ops_softmax(float *x, int64_t n);
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 void ops_swiglu(float *gate, const float *up, int64_t n);
+
+/* gate[i] = gelu(gate[i]) * up[i] with GELU's tanh approximation, 0.5 x (1 + tanh(u)),
+ * u = sqrt(2/pi) (x + 0.044715 x^3), computed as x / (1 + e^(-2u)) (the same function; one exp,
+ * like SiLU's, so the SIMD twins share its vector exp). The constants of u are OPS_GELU_C1 and
+ * OPS_GELU_C2 = C1 * 0.044715: u = x * (C1 + C2 * x * x). */
+#define OPS_GELU_C1 0.7978845608028654f
+#define OPS_GELU_C2 0.035677408136300125f
+void ops_geglu(float *gate, const float *up, int64_t n);
 
 /* y[i] += x[i]. */
 void ops_add(float *y, const float *x, int64_t n);

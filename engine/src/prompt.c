@@ -11,15 +11,15 @@
 
 /* Encode segments into a malloc'ed array: ask for the size first, then fill. */
 static corral_status encode_alloc(const tokenizer *t, const tok_segment *segs, size_t n_segs,
-                                  int32_t **ids, size_t *n_ids, corral_error *err) {
+                                  uint32_t flags, int32_t **ids, size_t *n_ids, corral_error *err) {
     size_t need = 0;
     *ids = NULL;
     *n_ids = 0;
-    corral_status st = tok_encode_segments(t, segs, n_segs, TOK_ADD_SPECIAL, NULL, 0, &need, err);
+    corral_status st = tok_encode_segments(t, segs, n_segs, flags, NULL, 0, &need, err);
     if (st != CORRAL_OK && st != CORRAL_RESOURCE_EXHAUSTED) return st;
     int32_t *buf = malloc((need ? need : 1) * sizeof *buf);
     if (!buf) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
-    st = tok_encode_segments(t, segs, n_segs, TOK_ADD_SPECIAL, buf, need, &need, err);
+    st = tok_encode_segments(t, segs, n_segs, flags, buf, need, &need, err);
     if (st != CORRAL_OK) {
         free(buf);
         return st;
@@ -32,13 +32,20 @@ static corral_status encode_alloc(const tokenizer *t, const tok_segment *segs, s
 corral_status prompt_tokenize_text(const tokenizer *t, const char *text, size_t len, int32_t **ids,
                                    size_t *n_ids, corral_error *err) {
     const tok_segment seg = {.text = text, .len = len, .parse_special = 0};
-    return encode_alloc(t, &seg, 1, ids, n_ids, err);
+    return encode_alloc(t, &seg, 1, TOK_ADD_SPECIAL, ids, n_ids, err);
 }
 
 corral_status prompt_tokenize_chat(const tokenizer *t, chat_template tmpl,
                                    const chat_message *messages, size_t n, int32_t **ids,
                                    size_t *n_ids, corral_error *err) {
-    chat_prompt *p = chat_prompt_new(tmpl, messages, n, true, err);
+    /* Templates that write bos_token get the vocabulary's, and the tokenizer adds none. */
+    char bos[256] = "";
+    size_t bos_len = 0;
+    const char *bos_text = tok_bos(t) != TOK_NONE ? tok_token_text(t, tok_bos(t), &bos_len) : NULL;
+    if (bos_text && bos_len < sizeof bos) memcpy(bos, bos_text, bos_len);
+    bos[bos_text && bos_len < sizeof bos ? bos_len : 0] = '\0';
+    const chat_options opts = {.add_generation_prompt = true, .bos_token = bos[0] ? bos : NULL};
+    chat_prompt *p = chat_prompt_render(tmpl, messages, n, &opts, err);
     if (!p) return err ? err->status : CORRAL_INVALID_ARGUMENT;
     size_t n_segs = 0;
     const chat_segment *cs = chat_prompt_segments(p, &n_segs);
@@ -50,7 +57,8 @@ corral_status prompt_tokenize_chat(const tokenizer *t, chat_template tmpl,
         for (size_t i = 0; i < n_segs; i++)
             segs[i] = (tok_segment){
                 .text = cs[i].text, .len = cs[i].len, .parse_special = cs[i].is_scaffold};
-        st = encode_alloc(t, segs, n_segs, ids, n_ids, err);
+        st = encode_alloc(t, segs, n_segs, chat_template_writes_bos(tmpl) ? 0 : TOK_ADD_SPECIAL,
+                          ids, n_ids, err);
     }
     free(segs);
     chat_prompt_destroy(&p);
@@ -69,7 +77,10 @@ chat_template prompt_file_chat_template(const gguf_file *f) {
     chat_template tmpl = chat_template_detect(text);
     free(text);
     if (tmpl == CHAT_TEMPLATE_UNKNOWN) {
-        log_debug("chat template not recognised; using raw completion");
+        log_warn("the model's chat template is not one corral recognises: chats are rendered with "
+                 "the fallback template 'none' (the messages' text joined, no role markers); name "
+                 "a template in the model's configuration (template:) or with --template",
+                 LOG_STR("model", gguf_path(f)), LOG_STR("fallback", "none"));
         return CHAT_TEMPLATE_NONE;
     }
     return tmpl;

@@ -14,6 +14,7 @@
 #include "corral/synth.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +32,13 @@
 
 typedef struct synth_preset {
     const char *name;
-    const char *arch;
+    const char *arch; /* the rest as in synth_params */
     uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_base, rms_eps;
     int tied;
+    uint32_t head_dim, n_swa, swa_pattern;
+    float rope_llama3_factor;
+    uint32_t rope_orig_ctx;
 } synth_preset;
 
 /* Shapes from each model's Hugging Face config.json (hidden_size, num_hidden_layers,
@@ -45,17 +49,79 @@ typedef struct synth_preset {
  *   HuggingFaceTB/SmolLM2-135M: 576, 30, 9, 3, 1536, 49152, 8192, 100000, 1e-5, true.
  *   Qwen/Qwen2-0.5B-Instruct: 896, 24, 14, 2, 4864, 151936, 32768, 1000000, 1e-6, true; Q/K/V
  *     projections carry biases. (The base Qwen2-0.5B says max_position_embeddings 131072; its
- *     GGUF conversions, like the Instruct model's, use 32768.) */
+ *     GGUF conversions, like the Instruct model's, use 32768.)
+ *   Qwen/Qwen3-0.6B: 1024, 28, 16, 8, 3072, 151936, 40960, 1000000, 1e-6, true; head_dim 128
+ *     (16 heads of 128 = 2048 wide queries on a 1024 residual).
+ *   google/gemma-3-1b-it: 1152, 26, 4, 1, 6912, 262144, 32768, 1000000, 1e-6, true; head_dim
+ *     256, sliding_window 512, one global layer in 6 (the GGUF files omit the pattern key: its
+ *     default), local layers' rope_local_base_freq 10000 (the default), no rope scaling.
+ *   meta-llama/Llama-3.2-1B-Instruct: 2048, 16, 32, 8, 8192, 128256, 131072, 500000, 1e-5, true;
+ *     rope_scaling llama3: factor 32, low 1, high 4, original_max_position_embeddings 8192.
+ *   microsoft/Phi-3-mini-4k-instruct: 3072, 32, 32, 32, 8192, 32064, 4096, 10000, 1e-5, false. */
+#define SHAPE(a, e, l, h, hkv, ff, v, c, base, eps, t)                                             \
+    .arch = a, .n_embd = e, .n_layer = l, .n_head = h, .n_head_kv = hkv, .n_ff = ff, .n_vocab = v, \
+    .n_ctx = c, .rope_base = base, .rms_eps = eps, .tied = t
+
 static const synth_preset synth_presets[] = {
-    {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, 0},
-    {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, 1},
-    {"qwen2-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, 1},
+    {"tinyllama-1.1b", SHAPE("llama", 2048, 22, 32, 4, 5632, 32000, 2048, 1e4f, 1e-5f, 0)},
+    {"smollm2-135m", SHAPE("llama", 576, 30, 9, 3, 1536, 49152, 8192, 1e5f, 1e-5f, 1)},
+    {"qwen2-0.5b", SHAPE("qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, 1e-6f, 1)},
+    {"qwen3-0.6b", SHAPE("qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, 1e-6f, 1),
+     .head_dim = 128},
+    {"gemma3-1b", SHAPE("gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, 1e6f, 1e-6f, 1),
+     .head_dim = 256, .n_swa = 512, .swa_pattern = 6},
+    {"llama3.2-1b", SHAPE("llama", 2048, 16, 32, 8, 8192, 128256, 131072, 5e5f, 1e-5f, 1),
+     .rope_llama3_factor = 32.0f, .rope_orig_ctx = 8192},
+    {"phi3-mini", SHAPE("phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 1e4f, 1e-5f, 0)},
 };
+#undef SHAPE
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 const char *synth_preset_names(void) {
-    return "tinyllama-1.1b, smollm2-135m, qwen2-0.5b";
+    return "tinyllama-1.1b, smollm2-135m, qwen2-0.5b, qwen3-0.6b, gemma3-1b, llama3.2-1b, "
+           "phi3-mini";
+}
+
+/* What each architecture's files hold beyond the plain llama block (arch.c says how the engine
+ * runs them). */
+enum {
+    SYNTH_HAS_BIAS = 1u << 0,       /* Q/K/V biases */
+    SYNTH_HAS_QK_NORM = 1u << 1,    /* attn_q_norm, attn_k_norm */
+    SYNTH_HAS_POST_NORMS = 1u << 2, /* post_attention_norm, post_ffw_norm */
+    SYNTH_HAS_FUSED = 1u << 3,      /* attn_qkv and a gate+up ffn_up, no attn_q/k/v, ffn_gate */
+    SYNTH_HAS_ROPE_FREQS = 1u << 4, /* rope_freqs.weight (from the parameters, not the arch) */
+    SYNTH_HAS_HEAD_KEYS = 1u << 5,  /* attention.key_length / value_length always written */
+};
+
+static const struct {
+    const char *name;
+    uint32_t has;
+} synth_archs[] = {
+    {"llama", 0},
+    {"qwen2", SYNTH_HAS_BIAS},
+    {"qwen3", SYNTH_HAS_QK_NORM | SYNTH_HAS_HEAD_KEYS},
+    {"gemma3", SYNTH_HAS_QK_NORM | SYNTH_HAS_POST_NORMS | SYNTH_HAS_HEAD_KEYS},
+    {"phi3", SYNTH_HAS_FUSED},
+};
+
+const char *synth_arch_names(void) {
+    return "llama, qwen2, qwen3, gemma3, phi3";
+}
+
+/* The arch's bits, with those the parameters add; 0 with *known 0 for an unknown arch. */
+static uint32_t synth_has(const synth_params *p, int *known) {
+    for (size_t i = 0; i < N_OF(synth_archs); i++)
+        if (strcmp(p->arch, synth_archs[i].name) == 0) {
+            if (known) *known = 1;
+            return synth_archs[i].has | (p->rope_llama3_factor > 0 ? SYNTH_HAS_ROPE_FREQS : 0);
+        }
+    if (known) *known = 0;
+    return 0;
+}
+
+static uint32_t synth_head_dim(const synth_params *p) {
+    return p->head_dim ? p->head_dim : p->n_embd / p->n_head;
 }
 
 /* ---- types -------------------------------------------------------------------------------------
@@ -154,6 +220,11 @@ corral_status synth_params_set_preset(synth_params *p, const char *preset, corra
         p->rope_base = s->rope_base;
         p->rms_eps = s->rms_eps;
         p->tied = s->tied;
+        p->head_dim = s->head_dim;
+        p->n_swa = s->n_swa;
+        p->swa_pattern = s->swa_pattern;
+        p->rope_llama3_factor = s->rope_llama3_factor;
+        p->rope_orig_ctx = s->rope_orig_ctx;
         return CORRAL_OK;
     }
     return corral_error_set(err, CORRAL_NOT_FOUND, "unknown preset '%s' (known: %s)",
@@ -165,9 +236,11 @@ corral_status synth_params_set_preset(synth_params *p, const char *preset, corra
 
 corral_status synth_validate(const synth_params *p, corral_error *err) {
     if (!p) return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "synth: NULL parameters");
-    if (strcmp(p->arch, "llama") != 0 && strcmp(p->arch, "qwen2") != 0)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "unknown arch '%s' (known: llama, qwen2)", p->arch);
+    int known;
+    synth_has(p, &known);
+    if (!known)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "unknown arch '%s' (known: %s)",
+                                p->arch, synth_arch_names());
     if ((unsigned)p->type >= SYNTH_TYPE_COUNT)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "unknown type id %d (known: %s)",
                                 (int)p->type, SYNTH_TYPE_LIST);
@@ -186,7 +259,7 @@ corral_status synth_validate(const synth_params *p, corral_error *err) {
             return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s = %u is out of range 1..%u",
                                     dims[i].name, dims[i].value, dims[i].max);
     }
-    if (p->n_embd % p->n_head != 0)
+    if (p->head_dim == 0 && p->n_embd % p->n_head != 0)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "n_embd = %u is not divisible by n_head = %u", p->n_embd,
                                 p->n_head);
@@ -194,11 +267,24 @@ corral_status synth_validate(const synth_params *p, corral_error *err) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "n_head = %u is not a multiple of n_head_kv = %u", p->n_head,
                                 p->n_head_kv);
-    uint32_t head_dim = p->n_embd / p->n_head;
-    if (head_dim % 2 != 0 || head_dim > 1024)
+    uint32_t head_dim = synth_head_dim(p);
+    if (head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "head dimension n_embd / n_head = %u must be even and at most 1024",
-                                head_dim);
+                                "head dimension %u must be even and in 2..1024", head_dim);
+    if ((p->n_swa > 0) != (strcmp(p->arch, "gemma3") == 0 && p->n_swa > 0) ||
+        p->n_swa > (1u << 24) || p->swa_pattern > p->n_layer + 1)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "sliding window %u, pattern %u: only for gemma3, a window up to "
+                                "2^24 and a pattern up to n_layer + 1",
+                                p->n_swa, p->swa_pattern);
+    if (p->rope_llama3_factor != 0.0f &&
+        (strcmp(p->arch, "llama") != 0 ||
+         !(p->rope_llama3_factor >= 1.0f && p->rope_llama3_factor <= 1024.0f) ||
+         p->rope_orig_ctx == 0))
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "Llama 3 RoPE factor %g: only for llama, in 1..1024, with an "
+                                "original context",
+                                (double)p->rope_llama3_factor);
     if (!(p->rope_base > 1.0f && p->rope_base < 1e30f))
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "rope_base = %g must be above 1",
                                 (double)p->rope_base);
@@ -220,29 +306,47 @@ corral_status synth_validate(const synth_params *p, corral_error *err) {
 
 typedef enum synth_role {
     ROLE_TOKEN_EMBD,
+    ROLE_ROPE_FREQS,
     ROLE_OUTPUT_NORM,
     ROLE_OUTPUT,
     ROLE_ATTN_NORM,
     ROLE_ATTN_Q,
     ROLE_ATTN_Q_BIAS,
+    ROLE_ATTN_Q_NORM,
     ROLE_ATTN_K,
     ROLE_ATTN_K_BIAS,
+    ROLE_ATTN_K_NORM,
     ROLE_ATTN_V,
     ROLE_ATTN_V_BIAS,
+    ROLE_ATTN_QKV,
     ROLE_ATTN_OUT,
+    ROLE_ATTN_POST_NORM,
     ROLE_FFN_NORM,
     ROLE_FFN_GATE,
     ROLE_FFN_UP,
     ROLE_FFN_DOWN,
+    ROLE_FFN_POST_NORM,
 } synth_role;
 
 /* Symbolic dimensions, resolved against the parameters. */
-typedef enum synth_dim { DIM_ONE, DIM_EMBD, DIM_KV, DIM_FF, DIM_VOCAB } synth_dim;
+typedef enum synth_dim {
+    DIM_ONE,
+    DIM_EMBD,
+    DIM_Q,   /* n_head * head_dim */
+    DIM_KV,  /* n_head_kv * head_dim */
+    DIM_QKV, /* DIM_Q + 2 * DIM_KV */
+    DIM_HEAD,
+    DIM_ROT_HALF, /* head_dim / 2 */
+    DIM_FF,
+    DIM_FF2, /* 2 * n_ff */
+    DIM_VOCAB
+} synth_dim;
 
 /* How a tensor's values are drawn. */
 typedef enum synth_init {
-    INIT_WEIGHT, /* ~N(0, 0.02^2) */
-    INIT_NORM,   /* 1 + U(-0.1, 0.1) */
+    INIT_WEIGHT,     /* ~N(0, 0.02^2) */
+    INIT_NORM,       /* 1 + U(-0.1, 0.1) */
+    INIT_ROPE_FREQS, /* Llama 3's factors (synth_rope_freqs) */
 } synth_init;
 
 typedef struct synth_tensor_desc {
@@ -250,53 +354,92 @@ typedef struct synth_tensor_desc {
     const char *name; /* per-layer names have one %u */
     synth_dim ne0, ne1;
     synth_init init;
-    bool per_layer, bias; /* bias: only for architectures with Q/K/V biases */
+    bool per_layer;
+    uint32_t need;    /* SYNTH_HAS_* bits the model must have for the tensor to exist */
+    uint32_t without; /* SYNTH_HAS_* bits that remove it */
 } synth_tensor_desc;
 
 /* In the order llama.cpp's converters write them: the embedding, each block, the head. */
 static const synth_tensor_desc synth_tensor_table[] = {
-    {ROLE_TOKEN_EMBD, "token_embd.weight", DIM_EMBD, DIM_VOCAB, INIT_WEIGHT, false, false},
-    {ROLE_ATTN_NORM, "blk.%u.attn_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, true, false},
-    {ROLE_ATTN_Q, "blk.%u.attn_q.weight", DIM_EMBD, DIM_EMBD, INIT_WEIGHT, true, false},
-    {ROLE_ATTN_Q_BIAS, "blk.%u.attn_q.bias", DIM_EMBD, DIM_ONE, INIT_WEIGHT, true, true},
-    {ROLE_ATTN_K, "blk.%u.attn_k.weight", DIM_EMBD, DIM_KV, INIT_WEIGHT, true, false},
-    {ROLE_ATTN_K_BIAS, "blk.%u.attn_k.bias", DIM_KV, DIM_ONE, INIT_WEIGHT, true, true},
-    {ROLE_ATTN_V, "blk.%u.attn_v.weight", DIM_EMBD, DIM_KV, INIT_WEIGHT, true, false},
-    {ROLE_ATTN_V_BIAS, "blk.%u.attn_v.bias", DIM_KV, DIM_ONE, INIT_WEIGHT, true, true},
-    {ROLE_ATTN_OUT, "blk.%u.attn_output.weight", DIM_EMBD, DIM_EMBD, INIT_WEIGHT, true, false},
-    {ROLE_FFN_NORM, "blk.%u.ffn_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, true, false},
-    {ROLE_FFN_GATE, "blk.%u.ffn_gate.weight", DIM_EMBD, DIM_FF, INIT_WEIGHT, true, false},
-    {ROLE_FFN_UP, "blk.%u.ffn_up.weight", DIM_EMBD, DIM_FF, INIT_WEIGHT, true, false},
-    {ROLE_FFN_DOWN, "blk.%u.ffn_down.weight", DIM_FF, DIM_EMBD, INIT_WEIGHT, true, false},
-    {ROLE_OUTPUT_NORM, "output_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, false, false},
-    {ROLE_OUTPUT, "output.weight", DIM_EMBD, DIM_VOCAB, INIT_WEIGHT, false, false},
+    {ROLE_TOKEN_EMBD, "token_embd.weight", DIM_EMBD, DIM_VOCAB, INIT_WEIGHT, false, 0, 0},
+    {ROLE_ROPE_FREQS, "rope_freqs.weight", DIM_ROT_HALF, DIM_ONE, INIT_ROPE_FREQS, false,
+     SYNTH_HAS_ROPE_FREQS, 0},
+    {ROLE_ATTN_NORM, "blk.%u.attn_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, true, 0, 0},
+    {ROLE_ATTN_Q, "blk.%u.attn_q.weight", DIM_EMBD, DIM_Q, INIT_WEIGHT, true, 0, SYNTH_HAS_FUSED},
+    {ROLE_ATTN_Q_BIAS, "blk.%u.attn_q.bias", DIM_Q, DIM_ONE, INIT_WEIGHT, true, SYNTH_HAS_BIAS, 0},
+    {ROLE_ATTN_Q_NORM, "blk.%u.attn_q_norm.weight", DIM_HEAD, DIM_ONE, INIT_NORM, true,
+     SYNTH_HAS_QK_NORM, 0},
+    {ROLE_ATTN_K, "blk.%u.attn_k.weight", DIM_EMBD, DIM_KV, INIT_WEIGHT, true, 0, SYNTH_HAS_FUSED},
+    {ROLE_ATTN_K_BIAS, "blk.%u.attn_k.bias", DIM_KV, DIM_ONE, INIT_WEIGHT, true, SYNTH_HAS_BIAS, 0},
+    {ROLE_ATTN_K_NORM, "blk.%u.attn_k_norm.weight", DIM_HEAD, DIM_ONE, INIT_NORM, true,
+     SYNTH_HAS_QK_NORM, 0},
+    {ROLE_ATTN_V, "blk.%u.attn_v.weight", DIM_EMBD, DIM_KV, INIT_WEIGHT, true, 0, SYNTH_HAS_FUSED},
+    {ROLE_ATTN_V_BIAS, "blk.%u.attn_v.bias", DIM_KV, DIM_ONE, INIT_WEIGHT, true, SYNTH_HAS_BIAS, 0},
+    {ROLE_ATTN_QKV, "blk.%u.attn_qkv.weight", DIM_EMBD, DIM_QKV, INIT_WEIGHT, true, SYNTH_HAS_FUSED,
+     0},
+    {ROLE_ATTN_OUT, "blk.%u.attn_output.weight", DIM_Q, DIM_EMBD, INIT_WEIGHT, true, 0, 0},
+    {ROLE_ATTN_POST_NORM, "blk.%u.post_attention_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, true,
+     SYNTH_HAS_POST_NORMS, 0},
+    {ROLE_FFN_NORM, "blk.%u.ffn_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, true, 0, 0},
+    {ROLE_FFN_GATE, "blk.%u.ffn_gate.weight", DIM_EMBD, DIM_FF, INIT_WEIGHT, true, 0,
+     SYNTH_HAS_FUSED},
+    {ROLE_FFN_UP, "blk.%u.ffn_up.weight", DIM_EMBD, DIM_FF, INIT_WEIGHT, true, 0, SYNTH_HAS_FUSED},
+    {ROLE_FFN_UP, "blk.%u.ffn_up.weight", DIM_EMBD, DIM_FF2, INIT_WEIGHT, true, SYNTH_HAS_FUSED, 0},
+    {ROLE_FFN_DOWN, "blk.%u.ffn_down.weight", DIM_FF, DIM_EMBD, INIT_WEIGHT, true, 0, 0},
+    {ROLE_FFN_POST_NORM, "blk.%u.post_ffw_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, true,
+     SYNTH_HAS_POST_NORMS, 0},
+    {ROLE_OUTPUT_NORM, "output_norm.weight", DIM_EMBD, DIM_ONE, INIT_NORM, false, 0, 0},
+    {ROLE_OUTPUT, "output.weight", DIM_EMBD, DIM_VOCAB, INIT_WEIGHT, false, 0, 0},
 };
 
 static int64_t synth_dim_value(const synth_params *p, synth_dim d) {
+    const int64_t hd = synth_head_dim(p);
     switch (d) {
         case DIM_ONE:
             return 1;
         case DIM_EMBD:
             return p->n_embd;
+        case DIM_Q:
+            return (int64_t)p->n_head * hd;
         case DIM_KV:
-            return (int64_t)p->n_head_kv * (p->n_embd / p->n_head);
+            return (int64_t)p->n_head_kv * hd;
+        case DIM_QKV:
+            return ((int64_t)p->n_head + 2 * (int64_t)p->n_head_kv) * hd;
+        case DIM_HEAD:
+            return hd;
+        case DIM_ROT_HALF:
+            return hd / 2;
         case DIM_FF:
             return p->n_ff;
+        case DIM_FF2:
+            return 2 * (int64_t)p->n_ff;
         case DIM_VOCAB:
             return p->n_vocab;
     }
     return 1;
 }
 
-static bool synth_has_bias(const synth_params *p) {
-    return strcmp(p->arch, "qwen2") == 0;
-}
-
 /* Whether the descriptor's tensor exists in a model with parameters p. */
 static bool synth_desc_present(const synth_params *p, const synth_tensor_desc *d) {
-    if (d->bias && !synth_has_bias(p)) return false;
+    const uint32_t has = synth_has(p, NULL);
+    if ((has & d->need) != d->need || (has & d->without)) return false;
     if (d->role == ROLE_OUTPUT && p->tied) return false;
     return true;
+}
+
+/* Llama 3's RoPE factors (llama.cpp's converter): pair i of a head of head_dim has the frequency
+ * base^(-2i/head_dim) and the wavelength 2 pi / freq; wavelengths shorter than the original
+ * context / 4 keep their frequency (factor 1), longer than the original context are divided by
+ * the factor, and those between are interpolated. */
+static float synth_rope_freq(const synth_params *p, int64_t i) {
+    const double hd = synth_head_dim(p), orig = p->rope_orig_ctx, factor = p->rope_llama3_factor;
+    const double low = 1.0, high = 4.0;
+    const double freq = 1.0 / pow((double)p->rope_base, (double)(2 * i) / hd);
+    const double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < orig / high) return 1.0f;
+    if (wavelen > orig / low) return (float)factor;
+    const double smooth = (orig / wavelen - low) / (high - low);
+    return (float)(1.0 / ((1.0 - smooth) / factor + smooth));
 }
 
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between
@@ -320,7 +463,8 @@ static tensor_type synth_mix_rule(const synth_params *p, synth_role role, uint32
         if (ne0 % synth_block(t) != 0) return TENSOR_TYPE_Q8_0;
         return t == TENSOR_TYPE_Q8_0 ? TENSOR_TYPE_Q8_0 : TENSOR_TYPE_Q6_K;
     }
-    if (role == ROLE_ATTN_V) {
+    /* llama.cpp counts a fused attn_qkv as the layer's attn_v. */
+    if (role == ROLE_ATTN_V || role == ROLE_ATTN_QKV) {
         if (km && synth_use_more_bits(layer, p->n_layer)) return TENSOR_TYPE_Q6_K;
         if (ftype == FTYPE_MOSTLY_Q4_K_S && layer < 4) return TENSOR_TYPE_Q5_K;
     }
@@ -435,6 +579,7 @@ typedef struct synth_tensor synth_tensor;
 
 /* State shared by the fills of one synth_write. */
 typedef struct synth_job {
+    const synth_params *p;
     threadpool *pool;
     float *scratch; /* n_threads rows of max_ne0 floats */
     int64_t max_ne0;
@@ -460,7 +605,10 @@ static void synth_fill_rows(void *arg, uint32_t ith, uint32_t nth) {
     float *row = job->scratch + (size_t)ith * (size_t)job->max_ne0;
     const int64_t r0 = t->ne[1] * ith / nth, r1 = t->ne[1] * (ith + 1) / nth;
     for (int64_t r = r0; r < r1; r++) {
-        synth_fill_values(t->desc->init, t->seed, r, row, t->ne[0]);
+        if (t->desc->init == INIT_ROPE_FREQS)
+            for (int64_t i = 0; i < t->ne[0]; i++) row[i] = synth_rope_freq(job->p, i);
+        else
+            synth_fill_values(t->desc->init, t->seed, r, row, t->ne[0]);
         tt->from_float(row, job->dst + (size_t)r * row_bytes, t->ne[0]);
     }
 }
@@ -760,10 +908,22 @@ static corral_status synth_set_hparams(gguf_builder *b, const synth_params *p) {
     SET(gguf_builder_set_u32, "feed_forward_length", p->n_ff);
     SET(gguf_builder_set_u32, "attention.head_count", p->n_head);
     SET(gguf_builder_set_u32, "attention.head_count_kv", p->n_head_kv);
-    SET(gguf_builder_set_u32, "rope.dimension_count", p->n_embd / p->n_head);
+    const uint32_t hd = synth_head_dim(p);
+    /* Qwen3 and Gemma 3 files give their head size (and no rotary dimension: it is the head's);
+     * the others write the rotary dimension, and the head size only when it is not implied. */
+    if ((synth_has(p, NULL) & SYNTH_HAS_HEAD_KEYS) || hd != p->n_embd / p->n_head) {
+        SET(gguf_builder_set_u32, "attention.key_length", hd);
+        SET(gguf_builder_set_u32, "attention.value_length", hd);
+    }
+    if (!(synth_has(p, NULL) & SYNTH_HAS_HEAD_KEYS))
+        SET(gguf_builder_set_u32, "rope.dimension_count", hd);
     SET(gguf_builder_set_f32, "rope.freq_base", p->rope_base);
     SET(gguf_builder_set_f32, "attention.layer_norm_rms_epsilon", p->rms_eps);
     SET(gguf_builder_set_u32, "vocab_size", p->n_vocab);
+    if (p->n_swa > 0) {
+        SET(gguf_builder_set_u32, "attention.sliding_window", p->n_swa);
+        SET(gguf_builder_set_u32, "attention.sliding_window_pattern", p->swa_pattern);
+    }
 #undef SET
     return st;
 }
@@ -773,7 +933,7 @@ corral_status synth_write(const synth_params *p, const char *path, synth_report 
     corral_status st = synth_validate(p, err);
     if (st != CORRAL_OK) return st;
     if (!path) return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "synth_write: NULL path");
-    synth_job job = {0};
+    synth_job job = {.p = p};
     synth_tensor *ts = NULL;
     size_t n_ts = 0;
     gguf_builder *b = gguf_builder_new();

@@ -175,9 +175,9 @@ static const struct {
     {TOK_SPECIAL_FIM_MID, "tokenizer.ggml.middle_token_id"},
 };
 
-/* Texts that mark the end of a turn (llama.cpp's lists). When the file names no EOT, the control
- * token with the first of eot_texts present becomes EOT (llama.cpp takes whichever its hash map
- * yields first); control tokens among eog_texts stop generation. */
+/* Texts that mark the end of a turn (llama.cpp's lists). When the file names no EOT, the token
+ * with the first of eot_texts present becomes EOT (llama.cpp takes whichever its hash map yields
+ * first); tokens among eog_texts stop generation. */
 static const char *const eot_texts[] = {
     "<|eot_id|>",
     "<|im_end|>",
@@ -518,33 +518,44 @@ static corral_status load_settings(tokenizer *t, const gguf_file *f, corral_erro
     return CORRAL_OK;
 }
 
-/* End-of-generation tokens: EOS, EOT, EOM and the control tokens named like a turn's end. */
+/* An end-of-generation token is a control token whatever type the file gives it (llama.cpp
+ * overrides the type the same way): it must never come out of user text, which is encoded
+ * without control tokens. The Phi-3 and Gemma 3 vocabularies store SentencePiece's "</s>" as
+ * USER_DEFINED, which would make a user's literal "</s>" the end of the sequence. */
+static void make_control(tokenizer *t, int32_t id) {
+    if (t->type[id] == TOK_TYPE_CONTROL) return;
+    log_debug("end-of-generation token typed otherwise; treated as a control token",
+              LOG_INT("id", id), LOG_INT("type", t->type[id]));
+    t->type[id] = TOK_TYPE_CONTROL;
+}
+
+/* End-of-generation tokens, found as llama.cpp finds them: EOS, EOT and EOM by id, the first
+ * token named like a turn's end as EOT and <|eom_id|> as EOM when the file names none, and every
+ * token named like an end (eog_texts). All of them become control tokens (make_control). */
 static void mark_eog(tokenizer *t) {
     if (t->special[TOK_SPECIAL_EOT] == TOK_NONE) {
         for (size_t i = 0; i < sizeof eot_texts / sizeof eot_texts[0]; i++) {
             int32_t id = find_cstr(t, eot_texts[i]);
-            if (id != TOK_NONE && t->type[id] == TOK_TYPE_CONTROL) {
+            if (id != TOK_NONE) {
                 t->special[TOK_SPECIAL_EOT] = id;
                 break;
             }
         }
     }
-    if (t->special[TOK_SPECIAL_EOM] == TOK_NONE) {
-        int32_t id = find_cstr(t, "<|eom_id|>");
-        if (id != TOK_NONE && t->type[id] == TOK_TYPE_CONTROL) {
-            t->special[TOK_SPECIAL_EOM] = id;
-        }
-    }
+    if (t->special[TOK_SPECIAL_EOM] == TOK_NONE)
+        t->special[TOK_SPECIAL_EOM] = find_cstr(t, "<|eom_id|>");
     for (size_t i = 0; i < sizeof eog_texts / sizeof eog_texts[0]; i++) {
         int32_t id = find_cstr(t, eog_texts[i]);
-        if (id != TOK_NONE && t->type[id] == TOK_TYPE_CONTROL) {
+        if (id != TOK_NONE) {
             t->attr[id] |= TOK_ATTR_EOG;
+            make_control(t, id);
         }
     }
     const tok_special roles[] = {TOK_SPECIAL_EOS, TOK_SPECIAL_EOT, TOK_SPECIAL_EOM};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
         if (t->special[roles[i]] != TOK_NONE) {
             t->attr[t->special[roles[i]]] |= TOK_ATTR_EOG;
+            make_control(t, t->special[roles[i]]);
         }
     }
     /* gpt-oss: with <|return|> and <|call|> present, <|end|> only ends a message, not the turn

@@ -7,8 +7,14 @@
  * file has no case for a format (llama2-sys, zephyr), the string was written by hand from
  * llm_chat_apply_template's code; the comment says so. Detection uses excerpts of the real Jinja
  * templates shipped with the models named.
+ *
+ * The shipped Jinja templates of Llama 3, Qwen3 and Gemma 3 (../shared/vocab/templates) are
+ * checked against Jinja itself: chat_jinja_oracle.py renders a set of conversations with
+ * python3-jinja2 as Hugging Face does, and every rendering must be byte-identical (and every
+ * conversation Jinja refuses, refused).
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -383,6 +389,128 @@ START_TEST(test_names_round_trip) {
 }
 END_TEST
 
+/* ---- core: the shipped Jinja templates, against python3-jinja2 ------------------------------- */
+
+/* A byte count line "<tag> N\n" of the oracle's output; the bytes and their newline follow. */
+static char *read_block(FILE *fp, const char *tag, size_t *len) {
+    char line[256], want[32];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, fp));
+    snprintf(want, sizeof want, "%s %%zu", tag);
+    ck_assert_msg(sscanf(line, want, len) == 1, "oracle: '%s' where '%s' was due", line, tag);
+    char *buf = malloc(*len + 2);
+    ck_assert_uint_eq(fread(buf, 1, *len + 1, fp), *len + 1);
+    ck_assert_int_eq(buf[*len], '\n');
+    buf[*len] = '\0';
+    return buf;
+}
+
+/* Render every conversation of the oracle with `tmpl` and compare with Jinja's rendering of the
+ * shipped template file. Returns the number of cases. */
+static int check_against_jinja(const char *file, const char *bos, chat_template tmpl) {
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", CHAT_JINJA_ORACLE,
+             test_shared_path(file), bos);
+    FILE *fp = popen(cmd, "r");
+    ck_assert_ptr_nonnull(fp);
+    int cases = 0, refused = 0;
+    char line[256];
+    while (fgets(line, sizeof line, fp)) {
+        int gen;
+        size_t n;
+        ck_assert_msg(sscanf(line, "case %d %zu", &gen, &n) == 2, "oracle: '%s'", line);
+        chat_message msgs[16];
+        char *texts[16], roles[16][16];
+        ck_assert_uint_le(n, 16);
+        for (size_t i = 0; i < n; i++) {
+            char head[256];
+            size_t len;
+            ck_assert_ptr_nonnull(fgets(head, sizeof head, fp));
+            ck_assert_int_eq(sscanf(head, "msg %15s %zu", roles[i], &len), 2);
+            texts[i] = malloc(len + 2);
+            ck_assert_uint_eq(fread(texts[i], 1, len + 1, fp), len + 1);
+            texts[i][len] = '\0';
+            msgs[i] = (chat_message){.role = roles[i], .content = texts[i]};
+        }
+        /* "out" or "err" */
+        int c = fgetc(fp);
+        ungetc(c, fp);
+        size_t want_len;
+        char *want = read_block(fp, c == 'o' ? "out" : "err", &want_len);
+        corral_error err;
+        chat_prompt *p = chat_prompt_new(tmpl, msgs, n, gen != 0, &err);
+        if (c == 'o') {
+            ck_assert_msg(p != NULL, "%s case %d: corral refused (%s)", file, cases, err.message);
+            size_t len;
+            const char *got = chat_prompt_text(p, &len);
+            check_segments_tile_text(p);
+            ck_assert_msg(len == want_len && memcmp(got, want, len) == 0,
+                          "%s case %d (generation prompt %d):\n got: [%s]\nwant: [%s]", file, cases,
+                          gen, got, want);
+        } else {
+            ck_assert_msg(p == NULL, "%s case %d: Jinja refused (%s), corral rendered", file, cases,
+                          want);
+            ck_assert_int_eq(err.status, CORRAL_INVALID_ARGUMENT);
+            refused++;
+        }
+        chat_prompt_destroy(&p);
+        free(want);
+        for (size_t i = 0; i < n; i++) free(texts[i]);
+        cases++;
+    }
+    ck_assert_msg(pclose(fp) == 0, "%s failed (python3-jinja2 missing? scripts/bootstrap)", cmd);
+    printf("  %-34s %d renderings byte-identical to jinja2's, %d refused by both\n", file,
+           cases - refused, refused);
+    ck_assert_int_ge(cases, 30);
+    return cases;
+}
+
+START_TEST(test_shipped_templates_render_as_jinja) {
+    check_against_jinja("vocab/templates/llama3.jinja", "<|begin_of_text|>",
+                        CHAT_TEMPLATE_LLAMA3_INSTRUCT);
+    check_against_jinja("vocab/templates/qwen3.jinja", "<|endoftext|>", CHAT_TEMPLATE_QWEN3);
+    check_against_jinja("vocab/templates/gemma3.jinja", "<bos>", CHAT_TEMPLATE_GEMMA3);
+}
+END_TEST
+
+/* The shipped files are recognised as themselves, not as their families' older formats. */
+START_TEST(test_detect_shipped_templates) {
+    static const struct {
+        const char *file;
+        chat_template want;
+    } cases[] = {
+        {"vocab/templates/llama3.jinja", CHAT_TEMPLATE_LLAMA3_INSTRUCT},
+        {"vocab/templates/qwen3.jinja", CHAT_TEMPLATE_QWEN3},
+        {"vocab/templates/gemma3.jinja", CHAT_TEMPLATE_GEMMA3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *fp = fopen(test_shared_path(cases[i].file), "rb");
+        ck_assert_ptr_nonnull(fp);
+        static char src[65536];
+        const size_t n = fread(src, 1, sizeof src - 1, fp);
+        fclose(fp);
+        src[n] = '\0';
+        ck_assert_msg(chat_template_detect(src) == cases[i].want, "%s detected as %s",
+                      cases[i].file, chat_template_name(chat_template_detect(src)));
+        ck_assert(chat_template_writes_bos(cases[i].want) ==
+                  (cases[i].want != CHAT_TEMPLATE_QWEN3));
+    }
+    ck_assert_int_eq(chat_template_from_name("qwen3", NULL), CHAT_TEMPLATE_QWEN3);
+    ck_assert_int_eq(chat_template_from_name("gemma3", NULL), CHAT_TEMPLATE_GEMMA3);
+    ck_assert_int_eq(chat_template_from_name("llama3-instruct", NULL),
+                     CHAT_TEMPLATE_LLAMA3_INSTRUCT);
+    /* The vocabulary's BOS text, where the template writes one. */
+    const chat_message m[] = {{"user", "hi"}};
+    const chat_options opts = {.add_generation_prompt = true, .bos_token = "<s>"};
+    chat_prompt *p = chat_prompt_render(CHAT_TEMPLATE_GEMMA3, m, 1, &opts, NULL);
+    ck_assert_str_eq(chat_prompt_text(p, NULL),
+                     "<s><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
+    size_t n_seg;
+    const chat_segment *seg = chat_prompt_segments(p, &n_seg);
+    ck_assert(seg[0].is_scaffold);
+    chat_prompt_destroy(&p);
+}
+END_TEST
+
 /* ---- limits ---------------------------------------------------------------------------------- */
 
 START_TEST(test_empty_message_list) {
@@ -498,6 +626,8 @@ static Suite *chat_suite(void) {
     tcase_add_test(core, test_gemma_system_merging);
     tcase_add_test(core, test_detect_real_templates);
     tcase_add_test(core, test_names_round_trip);
+    tcase_add_test(core, test_shipped_templates_render_as_jinja);
+    tcase_add_test(core, test_detect_shipped_templates);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_empty_message_list);

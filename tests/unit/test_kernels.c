@@ -40,7 +40,7 @@
  *       FMA): 2e-6 * S, for head dimensions up to 257 (random-sign error ~ sqrt(n) * 6e-8).
  *   RMS_NORM_REL_ERR  the same double sum of squares in another order can move the float mean
  *       by one ulp, hence the scale and the outputs by about one ulp: 3 * FLT_EPSILON relative.
- *   EXP_OPS_REL_ERR / EXP_OPS_ABS_ERR  swiglu and softmax use a vector e^x within ~2 ulp of
+ *   EXP_OPS_REL_ERR / EXP_OPS_ABS_ERR  swiglu, geglu and softmax use a vector e^x within ~2 ulp of
  *       libm's expf; with the divisions and products around it, 8 * FLT_EPSILON relative, and an
  *       absolute 1e-37 where results are subnormal (relative error means nothing there).
  */
@@ -868,7 +868,7 @@ START_TEST(test_row_ops) {
     variant vs[8];
     const int nv = simd_variants(vs);
     static const int64_t lens[] = {1, 3, 7, 8, 15, 16, 17, 64, 100, 288, 2048, 5633};
-    double worst_norm = 0, worst_swiglu = 0, worst_softmax = 0;
+    double worst_norm = 0, worst_swiglu = 0, worst_geglu = 0, worst_softmax = 0;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         const int64_t n = lens[li];
         for (uint64_t seed = 1; seed <= 3; seed++) {
@@ -908,6 +908,22 @@ START_TEST(test_row_ops) {
                 check_close("swiglu", vs[v].name, n, got, ref, EXP_OPS_REL_ERR, EXP_OPS_ABS_ERR,
                             &worst_swiglu);
 
+                /* geglu (GELU-tanh) over both signs, where the cube overflows too, with specials */
+                for (int64_t i = 0; i < n; i++)
+                    ref[i] = got[i] = 12.0f * (rng_uniform(&r) - 0.5f) * (i % 5 ? 1 : 8);
+                if (n > 8) {
+                    ref[1] = got[1] = INFINITY;
+                    ref[2] = got[2] = -INFINITY;
+                    ref[3] = got[3] = NAN;
+                    ref[4] = got[4] = -0.0f;
+                    ref[5] = got[5] = -3e13f; /* the cube overflows to -inf: the result is -0 */
+                    ref[6] = got[6] = 3e13f;
+                }
+                ops_geglu(ref, up, n);
+                vs[v].ops->geglu(got, up, n);
+                check_close("geglu", vs[v].name, n, got, ref, EXP_OPS_REL_ERR, EXP_OPS_ABS_ERR,
+                            &worst_geglu);
+
                 /* softmax of scores with spread, some masked (-inf) */
                 for (int64_t i = 0; i < n; i++) {
                     ref[i] = got[i] = rng_normal(&r) * mag * 0.01f + (i % 11 == 3 ? -INFINITY : 0);
@@ -937,8 +953,8 @@ START_TEST(test_row_ops) {
         vs[v].ops->softmax(b, 19);
         for (int i = 0; i < 19; i++) ck_assert_int_eq(isnan(a[i]) != 0, isnan(b[i]) != 0);
     }
-    printf("  row ops worst relative: rms_norm %.3g swiglu %.3g softmax %.3g\n", worst_norm,
-           worst_swiglu, worst_softmax);
+    printf("  row ops worst relative: rms_norm %.3g swiglu %.3g geglu %.3g softmax %.3g\n",
+           worst_norm, worst_swiglu, worst_geglu, worst_softmax);
 }
 END_TEST
 

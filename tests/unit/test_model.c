@@ -105,7 +105,7 @@ static float *load_ref_logits(const char *stem, const char *suffix, int n_pos) {
 /* The architectures the engine runs. Reference stems of other architectures (the shared data
  * may hold models the engine does not run yet) are listed as skipped, never silently dropped;
  * an architecture joins this list when the engine gains it. */
-static const char *const ENGINE_ARCHS[] = {"llama", "qwen2"};
+static const char *const ENGINE_ARCHS[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3"};
 
 /* 1 when the model file's general.architecture is in ENGINE_ARCHS; *arch gets its name. */
 static int stem_arch_supported(const ref_stem *st, char *arch, size_t size) {
@@ -163,12 +163,13 @@ START_TEST(test_reference_mode_matches_exact_logits) {
 }
 END_TEST
 
-/* The budget for a model file: by the type of its attention weights. */
+/* The budget for a model file: by the type of its (query) attention weights. */
 static void fast_budget(const char *model_rel, double *max_err, double *rms_err) {
     corral_error err;
     model *m = model_load(test_shared_path(model_rel), NULL, &err);
     ck_assert_ptr_nonnull(m);
     const gguf_tensor *t = gguf_find_tensor(model_get_gguf(m), "blk.0.attn_q.weight");
+    if (!t) t = gguf_find_tensor(model_get_gguf(m), "blk.0.attn_qkv.weight"); /* phi3: fused */
     ck_assert_ptr_nonnull(t);
     *rms_err = INFINITY;
     switch (t->type) {
@@ -498,6 +499,14 @@ START_TEST(test_threads_bit_identical_quantized) {
     check_thread_counts_identical("stories260K-q4_0", MODEL_COMPUTE_FAST, KV_TYPE_F16);
     check_thread_counts_identical("synth-llama-q4_k", MODEL_COMPUTE_FAST, KV_TYPE_F32);
     check_thread_counts_identical("synth-qwen2-q8_0", MODEL_COMPUTE_FAST, KV_TYPE_F16);
+}
+END_TEST
+
+/* qwen3's per-head norms, gemma3's window, post norms and GeGLU, phi3's fused views. */
+START_TEST(test_threads_bit_identical_new_archs) {
+    check_thread_counts_identical("synth-qwen3-q4_k_m", MODEL_COMPUTE_FAST, KV_TYPE_F16);
+    check_thread_counts_identical("synth-gemma3-q8_0", MODEL_COMPUTE_FAST, KV_TYPE_F32);
+    check_thread_counts_identical("synth-phi3-q4_k_m", MODEL_COMPUTE_FAST, KV_TYPE_F16);
 }
 END_TEST
 
@@ -890,6 +899,12 @@ START_TEST(test_repacked_weights_cache_k_quants) {
 }
 END_TEST
 
+/* phi3's fused attn_qkv and gate+up: one tensor in the image, its views bound at their rows. */
+START_TEST(test_repacked_weights_cache_fused) {
+    check_repack_cache("models/synth-phi3-q4_k_m.gguf");
+}
+END_TEST
+
 /* ---- weights released and restored (swap) ---------------------------------------------------- */
 
 /* Resident kB of this process's mapping that contains addr (/proc/self/smaps), or -1. */
@@ -1066,7 +1081,8 @@ static int32_t batch_token(const int32_t *ids, uint32_t n_vocab, int s, uint32_t
     return ids[(uint32_t)(s * 5 + 3 * (int)i) % 32] % (int32_t)n_vocab;
 }
 
-/* The cache contents of positions [0, n_pos) (keys and values of every layer and head) equal. */
+/* The cache contents of positions [0, n_pos) (keys and values of every layer and head; a sliding
+ * layer's from its first held position) equal. */
 static void check_same_cache(const kv_cache *a, const kv_cache *b, uint32_t n_layer,
                              uint32_t n_head_kv, const char *what) {
     ck_assert_uint_eq(kv_cache_n_pos(a), kv_cache_n_pos(b));
@@ -1076,8 +1092,10 @@ static void check_same_cache(const kv_cache *a, const kv_cache *b, uint32_t n_la
                 size_t ra, rb;
                 const void *pa = kv_cache_rows(a, il, h, values, &ra);
                 const void *pb = kv_cache_rows(b, il, h, values, &rb);
+                const uint32_t first = kv_cache_layer_first(a, il);
                 ck_assert_uint_eq(ra, rb);
-                ck_assert_msg(memcmp(pa, pb, ra * kv_cache_n_pos(a)) == 0,
+                ck_assert_uint_eq(first, kv_cache_layer_first(b, il));
+                ck_assert_msg(memcmp(pa, pb, ra * (kv_cache_n_pos(a) - first)) == 0,
                               "%s: cache layer %u head %u %s differ", what, il, h,
                               values ? "values" : "keys");
             }
@@ -1186,6 +1204,15 @@ END_TEST
 START_TEST(test_batch_equals_alone_qwen2_stories) {
     static const char *const stems[] = {"synth-qwen2-f16", "synth-qwen2-f32", "synth-qwen2-q8_0",
                                         "stories260K-q4_0"};
+    check_batch_models(stems, sizeof stems / sizeof stems[0]);
+}
+END_TEST
+
+/* qwen3 (q/k norms), gemma3 (a window of 10 in contexts of 192: mixed sliding and full layers),
+ * phi3 (fused views). */
+START_TEST(test_batch_equals_alone_new_archs) {
+    static const char *const stems[] = {"synth-gemma3-q8_0", "synth-qwen3-q4_k_m",
+                                        "synth-phi3-q4_k_m", "synth-phi3-f32"};
     check_batch_models(stems, sizeof stems / sizeof stems[0]);
 }
 END_TEST
@@ -1317,6 +1344,7 @@ static Suite *model_suite(void) {
     suite_add_tcase(s, core);
     TCase *threads = tcase_create("threads");
     tcase_add_test(threads, test_threads_bit_identical_quantized);
+    tcase_add_test(threads, test_threads_bit_identical_new_archs);
     tcase_add_test(threads, test_threads_bit_identical_f32);
     tcase_add_test(threads, test_threads_bit_identical_reference_mode);
     tcase_add_test(threads, test_threads_match_exact_logits);
@@ -1336,6 +1364,7 @@ static Suite *model_suite(void) {
     tcase_add_checked_fixture(batch, tmp_setup, tmp_teardown);
     tcase_add_test(batch, test_batch_equals_alone_llama);
     tcase_add_test(batch, test_batch_equals_alone_qwen2_stories);
+    tcase_add_test(batch, test_batch_equals_alone_new_archs);
     tcase_add_test(batch, test_batch_equals_alone_odd_vocab);
     suite_add_tcase(s, batch);
     TCase *batch_limits = tcase_create("batch_limits");
@@ -1348,6 +1377,7 @@ static Suite *model_suite(void) {
     tcase_add_checked_fixture(cache, tmp_setup, tmp_teardown);
     tcase_add_test(cache, test_repacked_weights_cache);
     tcase_add_test(cache, test_repacked_weights_cache_k_quants);
+    tcase_add_test(cache, test_repacked_weights_cache_fused);
     tcase_add_test(cache, test_release_restore_cached_image);
     tcase_add_test(cache, test_release_restore_in_memory);
     tcase_add_test(cache, test_release_restore_file_layout);

@@ -51,10 +51,11 @@ static void close_vocabs(vocab *v, int n) {
 }
 
 static const chat_template templates[] = {
-    CHAT_TEMPLATE_CHATML, CHAT_TEMPLATE_LLAMA2,     CHAT_TEMPLATE_LLAMA2_SYS,
-    CHAT_TEMPLATE_LLAMA3, CHAT_TEMPLATE_MISTRAL_V1, CHAT_TEMPLATE_MISTRAL_V3,
-    CHAT_TEMPLATE_PHI3,   CHAT_TEMPLATE_GEMMA,      CHAT_TEMPLATE_ZEPHYR,
-    CHAT_TEMPLATE_NONE,
+    CHAT_TEMPLATE_CHATML, CHAT_TEMPLATE_LLAMA2,          CHAT_TEMPLATE_LLAMA2_SYS,
+    CHAT_TEMPLATE_LLAMA3, CHAT_TEMPLATE_MISTRAL_V1,      CHAT_TEMPLATE_MISTRAL_V3,
+    CHAT_TEMPLATE_PHI3,   CHAT_TEMPLATE_GEMMA,           CHAT_TEMPLATE_ZEPHYR,
+    CHAT_TEMPLATE_NONE,   CHAT_TEMPLATE_LLAMA3_INSTRUCT, CHAT_TEMPLATE_QWEN3,
+    CHAT_TEMPLATE_GEMMA3,
 };
 #define N_TEMPLATES (sizeof templates / sizeof templates[0])
 
@@ -74,16 +75,30 @@ START_TEST(test_benign_chat_equals_rendered_string_tokenization) {
             size_t n_ids;
             ck_assert_int_eq(
                 prompt_tokenize_chat(v[i].t, templates[k], msgs, 4, &ids, &n_ids, &err), CORRAL_OK);
-            chat_prompt *p = chat_prompt_new(templates[k], msgs, 4, true, &err);
+            /* A template that writes bos_token gets the vocabulary's, and then nothing is
+             * added: exactly one BOS either way. */
+            const bool writes_bos = chat_template_writes_bos(templates[k]);
+            char bos[64] = "";
+            size_t bos_len = 0;
+            if (tok_bos(v[i].t) != TOK_NONE) {
+                const char *b = tok_token_text(v[i].t, tok_bos(v[i].t), &bos_len);
+                snprintf(bos, sizeof bos, "%.*s", (int)bos_len, b);
+            }
+            const chat_options opts = {.add_generation_prompt = true,
+                                       .bos_token = bos[0] ? bos : NULL};
+            chat_prompt *p = chat_prompt_render(templates[k], msgs, 4, &opts, &err);
             size_t len;
             const char *text = chat_prompt_text(p, &len);
             size_t n_ref;
-            tok_encode(v[i].t, text, len, TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, NULL, 0, &n_ref,
-                       &err);
+            const uint32_t flags = (writes_bos ? 0 : TOK_ADD_SPECIAL) | TOK_PARSE_SPECIAL;
+            tok_encode(v[i].t, text, len, flags, NULL, 0, &n_ref, &err);
             int32_t *ref = malloc(n_ref * sizeof *ref);
-            ck_assert_int_eq(tok_encode(v[i].t, text, len, TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, ref,
-                                        n_ref, &n_ref, &err),
+            ck_assert_int_eq(tok_encode(v[i].t, text, len, flags, ref, n_ref, &n_ref, &err),
                              CORRAL_OK);
+            if (writes_bos && bos[0]) {
+                ck_assert_int_eq(ids[0], tok_bos(v[i].t));
+                ck_assert_int_ne(ids[1], tok_bos(v[i].t));
+            }
             ck_assert_msg(n_ids == n_ref && memcmp(ids, ref, n_ids * sizeof *ids) == 0,
                           "%s, template %s: segment tokenization differs from the rendered string",
                           v[i].name, chat_template_name(templates[k]));

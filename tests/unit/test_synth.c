@@ -179,12 +179,15 @@ static uint32_t file_tensor_type(const char *path, const char *tensor) {
 
 /* ---- core ------------------------------------------------------------------------------------ */
 
-/* Every type in both architectures loads, generates, and stores what synth_tensor_type says. */
+/* Every type in llama and qwen2, and three in the other architectures, loads, generates, and
+ * stores what synth_tensor_type says. */
 START_TEST(test_every_type_loads_and_runs) {
     make_tmp_dir();
-    const char *archs[] = {"llama", "qwen2"};
-    for (int a = 0; a < 2; a++) {
+    const char *archs[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3"};
+    for (int a = 0; a < 5; a++) {
         for (int t = 0; t < SYNTH_TYPE_COUNT; t++) {
+            if (a >= 2 && t != SYNTH_TYPE_F32 && t != SYNTH_TYPE_Q8_0 && t != SYNTH_TYPE_Q4_K_M)
+                continue;
             synth_params p = small_params(archs[a], (synth_type)t);
             char name[64];
             snprintf(name, sizeof name, "%s-%s.gguf", archs[a], synth_type_name((synth_type)t));
@@ -378,6 +381,91 @@ START_TEST(test_mixes_match_llama_cpp) {
 }
 END_TEST
 
+/* The parameters of the shared files of the other architectures (../shared/README.md, "More
+ * architectures"): the synth-llama shape with each family's keys. */
+static synth_params shared_arch_params(const char *family, synth_type type) {
+    ck_assert_uint_lt(strlen(family), sizeof(((synth_params *)0)->arch));
+    synth_params p = synth_params_default();
+    p.type = type;
+    p.rms_eps = 1e-6f;
+    if (strcmp(family, "llama3rope") == 0) {
+        p.rms_eps = 1e-5f;
+        p.n_ctx = 8192;
+        p.rope_base = 500000.0f;
+        p.rope_llama3_factor = 8.0f;
+        p.rope_orig_ctx = 1024;
+        return p;
+    }
+    snprintf(p.arch, sizeof p.arch, "%.15s", family);
+    if (strcmp(family, "qwen3") == 0) {
+        p.rope_base = 1e6f;
+    } else if (strcmp(family, "gemma3") == 0) {
+        p.rope_base = 1e6f;
+        p.tied = 1;
+        p.n_swa = 10;
+        p.swa_pattern = 2;
+    } else if (strcmp(family, "phi3") == 0) {
+        p.rms_eps = 1e-5f;
+    }
+    return p;
+}
+
+/* The tensors, shapes and types llama.cpp's converter and quantizer gave the shared qwen3,
+ * gemma3, phi3 (fused attn_qkv counted as attn_v by Q4_K_M) and Llama 3 RoPE files; the same
+ * number of tensors; the same head-size and window keys; and rope_freqs.weight with Llama 3's
+ * factors as the converter computed them. */
+START_TEST(test_new_archs_match_llama_cpp) {
+    make_tmp_dir();
+    static const char *const files[] = {
+        "qwen3-f32",      "qwen3-q8_0",      "qwen3-q4_k_m",      "gemma3-f32",
+        "gemma3-q8_0",    "phi3-f32",        "phi3-q8_0",         "phi3-q4_k_m",
+        "llama3rope-f32", "llama3rope-q8_0", "llama3rope-q4_k_m",
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char family[32], ref[128];
+        snprintf(family, sizeof family, "%s", files[i]);
+        *strchr(family, '-') = '\0';
+        const char *type_name = strchr(files[i], '-') + 1;
+        synth_type type;
+        corral_error err = {0};
+        ck_assert_int_eq(synth_type_parse(type_name, &type, &err), CORRAL_OK);
+        synth_params p = shared_arch_params(family, type);
+        write_ok(&p, tmp_path("arch.gguf"));
+        snprintf(ref, sizeof ref, "models/synth-%s.gguf", files[i]);
+        check_types_match(tmp_path("arch.gguf"), test_shared_path(ref));
+        gguf_file *a = gguf_open(tmp_path("arch.gguf"), &err),
+                  *b = gguf_open(test_shared_path(ref), &err);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_uint_eq(gguf_tensor_count(a), gguf_tensor_count(b));
+        static const char *const keys[] = {"attention.key_length", "attention.sliding_window",
+                                           "attention.sliding_window_pattern"};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            char key[96];
+            snprintf(key, sizeof key, "%s.%s", p.arch, keys[k]);
+            uint32_t va = 0, vb = 0;
+            const corral_status sa = gguf_get_u32(a, key, &va, NULL),
+                                sb = gguf_get_u32(b, key, &vb, NULL);
+            /* (phi3's window key is written by converters and ignored by llama.cpp and corral.) */
+            if (sb == CORRAL_OK && !(k > 0 && strcmp(p.arch, "phi3") == 0))
+                ck_assert_msg(sa == CORRAL_OK && va == vb, "%s: %s", files[i], key);
+        }
+        const gguf_tensor *fa = gguf_find_tensor(a, "rope_freqs.weight"),
+                          *fb = gguf_find_tensor(b, "rope_freqs.weight");
+        ck_assert_int_eq(fa != NULL, fb != NULL);
+        for (int64_t k = 0; fb && k < fb->ne[0]; k++) {
+            const float x = ((const float *)fa->data)[k], y = ((const float *)fb->data)[k];
+            ck_assert_msg(fabsf(x - y) <= 1e-6f * y, "rope_freqs[%lld]: %g, llama.cpp's %g",
+                          (long long)k, (double)x, (double)y);
+        }
+        gguf_destroy(&a);
+        gguf_destroy(&b);
+        check_model_runs(tmp_path("arch.gguf"));
+    }
+    remove_tmp_dir();
+}
+END_TEST
+
 /* llama.cpp's use_more_bits (llama-quant.cpp), written out again for the check. */
 static int more_bits(int i, int n) {
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
@@ -496,6 +584,44 @@ START_TEST(test_presets) {
     ck_assert_uint_eq(p.n_ctx, 32768);
     ck_assert_float_eq(p.rope_base, 1000000.0f);
     ck_assert_int_eq(p.tied, 1);
+    ck_assert_int_eq(synth_validate(&p, &err), CORRAL_OK);
+    /* Heads wider than n_embd / n_head. */
+    ck_assert_int_eq(synth_params_set_preset(&p, "qwen3-0.6b", &err), CORRAL_OK);
+    ck_assert_str_eq(p.arch, "qwen3");
+    ck_assert_uint_eq(p.n_embd, 1024);
+    ck_assert_uint_eq(p.n_layer, 28);
+    ck_assert_uint_eq(p.n_head, 16);
+    ck_assert_uint_eq(p.n_head_kv, 8);
+    ck_assert_uint_eq(p.head_dim, 128);
+    ck_assert_uint_eq(p.n_ff, 3072);
+    ck_assert_uint_eq(p.n_ctx, 40960);
+    ck_assert_int_eq(synth_validate(&p, &err), CORRAL_OK);
+    ck_assert_int_eq(synth_params_set_preset(&p, "gemma3-1b", &err), CORRAL_OK);
+    ck_assert_str_eq(p.arch, "gemma3");
+    ck_assert_uint_eq(p.n_embd, 1152);
+    ck_assert_uint_eq(p.n_head, 4);
+    ck_assert_uint_eq(p.n_head_kv, 1);
+    ck_assert_uint_eq(p.head_dim, 256);
+    ck_assert_uint_eq(p.n_vocab, 262144);
+    ck_assert_uint_eq(p.n_swa, 512);
+    ck_assert_uint_eq(p.swa_pattern, 6);
+    ck_assert_int_eq(synth_validate(&p, &err), CORRAL_OK);
+    ck_assert_int_eq(synth_params_set_preset(&p, "llama3.2-1b", &err), CORRAL_OK);
+    ck_assert_str_eq(p.arch, "llama");
+    ck_assert_uint_eq(p.n_layer, 16);
+    ck_assert_uint_eq(p.n_ctx, 131072);
+    ck_assert_uint_eq(p.head_dim, 0); /* n_embd / n_head = 64 */
+    ck_assert_uint_eq(p.n_swa, 0);
+    ck_assert_float_eq(p.rope_llama3_factor, 32.0f);
+    ck_assert_uint_eq(p.rope_orig_ctx, 8192);
+    ck_assert_int_eq(synth_validate(&p, &err), CORRAL_OK);
+    ck_assert_int_eq(synth_params_set_preset(&p, "phi3-mini", &err), CORRAL_OK);
+    ck_assert_str_eq(p.arch, "phi3");
+    ck_assert_uint_eq(p.n_embd, 3072);
+    ck_assert_uint_eq(p.n_head_kv, 32);
+    ck_assert_uint_eq(p.n_vocab, 32064);
+    ck_assert_float_eq(p.rope_llama3_factor, 0.0f);
+    ck_assert_int_eq(p.tied, 0);
     ck_assert_int_eq(synth_validate(&p, &err), CORRAL_OK);
 }
 END_TEST
@@ -739,6 +865,20 @@ START_TEST(test_bad_shapes_rejected) {
     snprintf(p.arch, sizeof p.arch, "gpt2");
     ck_assert_int_eq(synth_validate(&p, &err), CORRAL_INVALID_ARGUMENT);
     assert_message_names(&err, "gpt2", "llama");
+    p = synth_params_default(); /* a window is gemma3's */
+    p.n_swa = 16;
+    ck_assert_int_eq(synth_validate(&p, &err), CORRAL_INVALID_ARGUMENT);
+    assert_message_names(&err, "sliding window 16", "gemma3");
+    p = synth_params_default(); /* Llama 3 RoPE is llama's */
+    snprintf(p.arch, sizeof p.arch, "qwen3");
+    p.rope_llama3_factor = 8.0f;
+    p.rope_orig_ctx = 1024;
+    ck_assert_int_eq(synth_validate(&p, &err), CORRAL_INVALID_ARGUMENT);
+    assert_message_names(&err, "Llama 3 RoPE", NULL);
+    p = synth_params_default(); /* an odd head size */
+    p.head_dim = 33;
+    ck_assert_int_eq(synth_validate(&p, &err), CORRAL_INVALID_ARGUMENT);
+    assert_message_names(&err, "head dimension 33", NULL);
     p = synth_params_default();
     p.type = SYNTH_TYPE_COUNT;
     ck_assert_int_eq(synth_validate(&p, &err), CORRAL_INVALID_ARGUMENT);
@@ -889,6 +1029,7 @@ static Suite *synth_suite(void) {
     tcase_add_test(core, test_km_layers_over_22_blocks);
     tcase_add_test(core, test_preset_fallbacks);
     tcase_add_test(core, test_presets);
+    tcase_add_test(core, test_new_archs_match_llama_cpp);
     tcase_add_test(core, test_vocab_from_padded);
     tcase_add_test(core, test_vocab_from_exact);
     tcase_add_test(core, test_builder_fill_matches_data);

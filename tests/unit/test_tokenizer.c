@@ -22,8 +22,8 @@
 #include "testutil.h"
 
 /* White-box: the pre-tokenizers, the Unicode classes and llama.cpp's reading of UTF-8 are checked
- * on their own too, because shared/vocab has no Llama 3, Qwen 2 or DeepSeek LLM vocabulary to
- * check them end to end. */
+ * on their own too, beside the vocabularies that check them end to end (Llama 3's llama-bpe and
+ * Qwen's qwen2 among them; shared/vocab has no DeepSeek LLM vocabulary). */
 #include "../../engine/src/pretokenize.h"
 #include "../../engine/src/tokenizer_impl.h"
 #include "corral/unicode.h"
@@ -258,6 +258,29 @@ static int run_vectors(const vocab *v, const char *name, const char *inp_path, c
     return failures;
 }
 
+/* Phi-3's vocabulary is Llama 2's (ids, pieces and scores of the 32000 normal tokens) with
+ * added control tokens, so llama.cpp's ids for the llama-spm extra inputs are Phi-3's ids too:
+ * among them the literal "</s>" that Phi-3 stores as USER_DEFINED and must encode as plain text
+ * ("▁</" "s" ">"), never as its end-of-sequence token 2. */
+START_TEST(test_phi3_end_marker_text_is_plain_text) {
+    vocab v = vocab_shared("vocab/ggml-vocab-phi-3.gguf");
+    char inp[4096], out[4096];
+    snprintf(inp, sizeof inp, "%s", test_shared_path("vocab/ggml-vocab-llama-spm.extra.inp"));
+    snprintf(out, sizeof out, "%s", test_shared_path("vocab/ggml-vocab-llama-spm.extra.out"));
+    int n_cases = 0, n_roundtrips = 0;
+    ck_assert_int_eq(run_vectors(&v, "phi-3 on llama-spm.extra", inp, out, &n_cases, &n_roundtrips),
+                     0);
+    ck_assert_int_ge(n_cases, 60);
+    size_t n;
+    int32_t *ids = encode(v.tok, "</s>", 4, 0, &n);
+    static const int32_t plain[] = {1533, 29879, 29958};
+    ck_assert_uint_eq(n, 3);
+    ck_assert_mem_eq(ids, plain, sizeof plain);
+    free(ids);
+    vocab_close(&v);
+}
+END_TEST
+
 START_TEST(test_reference_vectors) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", test_shared_path("vocab"));
@@ -293,8 +316,8 @@ START_TEST(test_reference_vectors) {
     closedir(d);
     fprintf(stderr, "reference vectors: %d vocabularies, %d sets, %d cases, %d round trips\n",
             n_vocabs, n_sets, n_cases, n_roundtrips);
-    ck_assert_int_ge(n_vocabs, 6);
-    ck_assert_int_ge(n_sets, 8);
+    ck_assert_int_ge(n_vocabs, 8); /* llama-bpe (Llama 3) and qwen2 (Qwen 2 and 3) among them */
+    ck_assert_int_ge(n_sets, 10);
     ck_assert_int_gt(n_roundtrips, n_cases / 2);
     ck_assert_msg(failures == 0, "%d reference cases failed (details on stderr)", failures);
 }
@@ -664,19 +687,89 @@ START_TEST(test_user_defined_always_matched) {
     free(right);
     vocab_close(&v);
 
+    /* Phi-3's "</s>" is stored USER_DEFINED but ends generation: a control token, matched only
+     * when special tokens are parsed, and then with the blanks after it dropped. */
     v = vocab_shared("vocab/ggml-vocab-phi-3.gguf");
     t = v.tok;
     int32_t eos_text = tok_find_token(t, "</s>", 4);
-    ck_assert_int_eq(tok_token_type(t, eos_text), TOK_TYPE_USER_DEFINED);
-    ids = encode(t, "</s>  \n x", 9, 0, &n);
+    ck_assert_int_eq(eos_text, 2);
+    ck_assert_int_eq(tok_token_type(t, eos_text), TOK_TYPE_CONTROL);
+    ck_assert(tok_is_eog(t, eos_text));
+    ids = encode(t, "</s>  \n x", 9, TOK_PARSE_SPECIAL, &n);
     right =
         encode(t, "x", 1, 0, &n_right); /* "x" after a special token: prefixed like text start */
     ck_assert_uint_eq(n, 1 + n_right);
     ck_assert_int_eq(ids[0], eos_text);
     ck_assert_mem_eq(ids + 1, right, n_right * sizeof *ids);
     free(ids);
+    ids = encode(t, "</s>  \n x", 9, 0, &n);
+    for (size_t i = 0; i < n; i++) ck_assert_int_ne(ids[i], eos_text);
+    free(ids);
     free(right);
     vocab_close(&v);
+}
+END_TEST
+
+/* Every end-of-generation token of every shared vocabulary (the EOS/EOT/EOM ids and the tokens
+ * named like an end) is a control token, whatever type its file gives it: user text that spells
+ * it out encodes as plain text, with no end-of-generation id in it, and only parsing special
+ * tokens (a template's scaffold) gives the token. */
+static int check_eog_tokens(const char *path) {
+    vocab v = vocab_open(path);
+    const tokenizer *t = v.tok;
+    int n_eog = 0;
+    for (int32_t id = 0; id < tok_vocab_size(t); id++) {
+        if (!tok_is_eog(t, id)) continue;
+        n_eog++;
+        ck_assert_msg(tok_token_type(t, id) == TOK_TYPE_CONTROL, "%s: end token %d is type %d",
+                      path, id, tok_token_type(t, id));
+        size_t len, n;
+        const char *text = tok_token_text(t, id, &len);
+        int32_t *ids = encode(t, text, len, 0, &n);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(!tok_is_eog(t, ids[i]) && tok_token_type(t, ids[i]) != TOK_TYPE_CONTROL,
+                          "%s: the text of end token %d encodes to control token %d", path, id,
+                          ids[i]);
+        free(ids);
+        ids = encode(t, text, len, TOK_PARSE_SPECIAL, &n);
+        ck_assert_msg(n == 1 && tok_is_eog(t, ids[0]), "%s: end token %d not parsed back", path,
+                      id);
+        free(ids);
+    }
+    ck_assert_msg(n_eog > 0, "%s: no end-of-generation token", path);
+    /* Whatever its type, a token spelt like a known end marker ends generation. */
+    static const char *const ends[] = {
+        "</s>",          "<|eot_id|>",    "<|im_end|>",      "<|end|>",
+        "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>"};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        const int32_t id = tok_find_token(t, ends[i], strlen(ends[i]));
+        ck_assert_msg(id == TOK_NONE || tok_is_eog(t, id), "%s: %s (%d) does not end generation",
+                      path, ends[i], id);
+    }
+    vocab_close(&v);
+    return n_eog;
+}
+
+START_TEST(test_eog_tokens_never_from_user_text) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", test_shared_path("vocab"));
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n_vocabs = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, "ggml-vocab-", 11) != 0 || strcmp(e->d_name + l - 5, ".gguf") != 0)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        const int n = check_eog_tokens(path);
+        fprintf(stderr, "  %-32s %d end-of-generation tokens\n", e->d_name, n);
+        n_vocabs++;
+    }
+    closedir(d);
+    check_eog_tokens(test_shared_path("models/stories260K.gguf"));
+    ck_assert_int_ge(n_vocabs, 8);
 }
 END_TEST
 
@@ -1292,6 +1385,8 @@ static Suite *tokenizer_suite(void) {
 
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_reference_vectors);
+    tcase_add_test(core, test_phi3_end_marker_text_is_plain_text);
+    tcase_add_test(core, test_eog_tokens_never_from_user_text);
     tcase_add_test(core, test_pretokenizer_splits);
     tcase_add_test(core, test_unicode_classes);
     tcase_add_test(core, test_llama_utf8_reading);

@@ -23,8 +23,14 @@
  * whatever the number of threads, the number of tokens per model_forward call, and the other
  * sequences a model_forward_batch call runs beside them.
  *
- * Architectures are rows of a table (engine/src/arch.c): llama (Llama 2/3, TinyLlama, SmolLM,
- * Mistral) and qwen2. An unknown general.architecture is an error naming it.
+ * Architectures are rows of a table (engine/src/arch.c): llama (Llama 2/3.x with Llama 3's RoPE
+ * scaling, TinyLlama, SmolLM, Mistral), qwen2, qwen3, gemma3 and phi3. An unknown
+ * general.architecture is an error naming it.
+ *
+ * Sliding-window attention (gemma3's local layers) sees only the last n_swa positions, so a KV
+ * cache keeps only those of its sliding layers: n_swa + KV_WINDOW_SLACK rows per KV head instead of
+ * n_ctx (the slack lets a pass append up to that many positions before the oldest rows are
+ * dropped). kv_cache_bytes_for says what a cache of a given context holds.
  */
 #ifndef CORRAL_MODEL_H
 #define CORRAL_MODEL_H
@@ -83,6 +89,16 @@ typedef struct model_hparams {
     float rope_freq_scale; /* 1 / <arch>.rope.scaling.factor for linear/yarn, else 1 */
     char rope_scaling[16]; /* "none", "linear" or "yarn" */
     int tied_output;       /* 1 when output.weight is absent and token_embd is reused */
+    int rope_freq_factors; /* 1 when rope_freqs.weight divides the angles (Llama 3 scaling) */
+    /* Sliding-window attention (gemma3): a sliding layer's query at position p sees keys
+     * p - n_swa + 1 .. p. n_swa 0: no layer slides. */
+    uint32_t n_swa;           /* <arch>.attention.sliding_window */
+    uint32_t swa_pattern;     /* <arch>.attention.sliding_window_pattern (model_layer_slides) */
+    uint32_t n_swa_layers;    /* how many layers slide */
+    float rope_freq_base_swa; /* <arch>.rope.freq_base_swa: the sliding layers' RoPE base */
+    float logit_softcap;      /* <arch>.final_logit_softcapping: logits c * tanh(l / c); 0: none */
+    float attn_scale;         /* the attention scores' factor: 1 / sqrt(head_dim) */
+    float embd_scale;         /* the embeddings' factor: 1, or sqrt(n_embd) (gemma) */
 } model_hparams;
 
 typedef struct model model;
@@ -156,6 +172,10 @@ const gguf_file *model_get_gguf(const model *m);
 /* Bytes of tensor data the forward pass reads (all weights). */
 uint64_t model_weight_bytes(const model *m);
 
+/* 1 when layer il has sliding-window attention (hparams n_swa), else 0 (also for il out of
+ * range). Thread-safe. */
+int model_layer_slides(const model *m, uint32_t il);
+
 /* The name prefix of those images in a cache directory (for image_dir_trim). */
 #define MODEL_REPACK_FILE_PREFIX "repack-"
 
@@ -168,9 +188,20 @@ const char *model_repack_path(const model *m);
 
 typedef struct kv_cache kv_cache;
 
+/* The rows a sliding layer keeps beyond its window: a pass appends at most this many positions
+ * of one cache (longer runs of tokens are cut into passes), and the rows of positions that no
+ * later query can see are dropped when the next pass would not fit. */
+#define KV_WINDOW_SLACK 512u
+
 /* A cache for up to n_ctx positions (1..n_ctx_train; 0 means n_ctx_train). Caller owns it
  * (kv_cache_destroy). NULL with err when n_ctx is out of range or memory runs out. */
 kv_cache *kv_cache_new(const model *m, uint32_t n_ctx, kv_type type, corral_error *err);
+
+/* The bytes kv_cache_new(m, n_ctx, type) holds in its K and V buffers (two buffers of half that
+ * each): per layer n_head_kv * head_dim elements of the type per row, n_ctx rows for a full layer
+ * and min(n_ctx, n_swa + KV_WINDOW_SLACK) for a sliding one. n_ctx 0 means n_ctx_train. For
+ * budgeting before a cache is made; thread-safe. */
+uint64_t kv_cache_bytes_for(const model *m, uint32_t n_ctx, kv_type type);
 
 /* NULL-safe; sets *kv to NULL. */
 void kv_cache_destroy(kv_cache **kv);
@@ -180,26 +211,35 @@ uint32_t kv_cache_n_ctx(const kv_cache *kv); /* capacity */
 uint64_t kv_cache_bytes(const kv_cache *kv); /* memory held */
 kv_type kv_cache_type(const kv_cache *kv);
 
-/* Forget positions n_pos and beyond (n_pos <= kv_cache_n_pos). */
-void kv_cache_truncate(kv_cache *kv, uint32_t n_pos);
+/* Forget positions n_pos and beyond; returns the positions the cache holds then. That is n_pos
+ * (or the positions held, when fewer), except when a sliding layer no longer has the rows of
+ * n_pos's window (truncated back by more than KV_WINDOW_SLACK positions): then the cache is
+ * emptied and 0 returned, and the caller runs the tokens again. */
+uint32_t kv_cache_truncate(kv_cache *kv, uint32_t n_pos);
 
 /* Make dst hold exactly src's positions. Both must belong to the same model and type, and dst's
  * capacity must hold src's positions; CORRAL_INVALID_ARGUMENT otherwise. */
 corral_status kv_cache_copy(kv_cache *dst, const kv_cache *src, corral_error *err);
 
-/* The stored rows of one layer and KV head, for writing a cache out (swap): positions [0, n_pos)
- * of the keys (values when `values` is nonzero), contiguous, *row_bytes bytes per position
- * (head_dim elements of the cache type). Borrowed: valid until the cache changes or is destroyed.
- * NULL for a layer or head out of range. */
+/* The first position whose rows a layer holds: 0 for a full layer; for a sliding layer, the
+ * oldest position kept (every later one up to n_pos is kept too). 0 for a layer out of range. */
+uint32_t kv_cache_layer_first(const kv_cache *kv, uint32_t layer);
+
+/* The stored rows of one layer and KV head, for writing a cache out (swap): positions
+ * [kv_cache_layer_first, n_pos) of the keys (values when `values` is nonzero), contiguous,
+ * *row_bytes bytes per position (head_dim elements of the cache type). Borrowed: valid until the
+ * cache changes or is destroyed. NULL for a layer or head out of range. */
 const void *kv_cache_rows(const kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
                           size_t *row_bytes);
 
-/* Fill one layer and KV head's keys (or values) at positions [0, n) from rows laid out as
- * kv_cache_rows gives them, and make the cache hold n positions (swap-in). CORRAL_INVALID_ARGUMENT
- * when the layer, the head or n is out of range. Call it for every layer's and head's keys and
- * values. */
+/* Fill one layer and KV head's keys (or values) at positions [first, n) from rows laid out as
+ * kv_cache_rows gives them, and make the cache hold n positions (swap-in). A full layer takes
+ * first 0; a sliding layer any first that keeps the window of position n (first <= n - n_swa + 1,
+ * or 0) with at most its rows, the same first for every sliding layer. CORRAL_INVALID_ARGUMENT
+ * when the layer, the head, first or n is out of range. Call it for every layer's and head's keys
+ * and values. */
 corral_status kv_cache_load_rows(kv_cache *kv, uint32_t layer, uint32_t kv_head, int values,
-                                 const void *rows, uint32_t n, corral_error *err);
+                                 const void *rows, uint32_t first, uint32_t n, corral_error *err);
 
 /* ---- forward pass -----------------------------------------------------------------------------
  */

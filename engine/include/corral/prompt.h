@@ -23,15 +23,17 @@ corral_status prompt_tokenize_text(const tokenizer *t, const char *text, size_t 
                                    size_t *n_ids, corral_error *err);
 
 /* Render messages with a template (adding the assistant's generation prompt) and tokenize the
- * result: scaffold with special tokens, content without, BOS as the model asks. *ids is
- * malloc'ed (caller frees). Errors from the template (unknown role) name the problem. */
+ * result: scaffold with special tokens, content without, BOS as the model asks — or, for a
+ * template that writes bos_token (chat_template_writes_bos), the vocabulary's BOS text in the
+ * scaffold and none added. *ids is malloc'ed (caller frees). Errors from the template (unknown
+ * role, gemma3's alternation) name the problem. */
 corral_status prompt_tokenize_chat(const tokenizer *t, chat_template tmpl,
                                    const chat_message *messages, size_t n, int32_t **ids,
                                    size_t *n_ids, corral_error *err);
 
 /* The chat template of a model file: recognised from its `tokenizer.chat_template`;
- * CHAT_TEMPLATE_NONE (raw completion) when the file has none or it is not one corral knows
- * (logged at debug). */
+ * CHAT_TEMPLATE_NONE (raw completion) when the file has none, or when it is not one corral knows
+ * (a warning naming the file and the fallback 'none' is logged). */
 chat_template prompt_file_chat_template(const gguf_file *f);
 
 #endif /* CORRAL_PROMPT_H */

@@ -56,8 +56,11 @@ typedef enum synth_type {
 
 /* Everything that determines a synthetic model file. */
 typedef struct synth_params {
-    char arch[16];      /* "llama" or "qwen2" (qwen2 adds Q/K/V biases) */
-    uint32_t n_embd;    /* embedding width; a multiple of n_head */
+    /* "llama", "qwen2" (Q/K/V biases), "qwen3" (per-head q/k norms), "gemma3" (q/k norms, post
+     * norms, sliding window) or "phi3" (fused attn_qkv and gate+up ffn_up): the tensors and keys
+     * of that architecture as llama.cpp's converter writes them. */
+    char arch[16];
+    uint32_t n_embd;    /* embedding width; a multiple of n_head unless head_dim is set */
     uint32_t n_layer;   /* transformer blocks */
     uint32_t n_head;    /* query heads; a multiple of n_head_kv */
     uint32_t n_head_kv; /* key/value heads */
@@ -67,8 +70,18 @@ typedef struct synth_params {
     float rope_base;    /* <arch>.rope.freq_base */
     float rms_eps;      /* <arch>.attention.layer_norm_rms_epsilon */
     int tied;           /* 1: no output.weight, the output projection is token_embd */
-    synth_type type;    /* weight type or mix */
-    int pure;           /* 1: every 2-D weight in the base type (llama-quantize --pure) */
+    /* <arch>.attention.key_length and value_length: the head size when it is not n_embd / n_head
+     * (Qwen3, Gemma 3); 0: n_embd / n_head. */
+    uint32_t head_dim;
+    /* gemma3: <arch>.attention.sliding_window (0: no window) and sliding_window_pattern. */
+    uint32_t n_swa;
+    uint32_t swa_pattern;
+    /* llama: rope_freqs.weight by Llama 3's rule (factor, low and high frequency factors 1 and 4,
+     * the original context rope_orig_ctx); 0: no rope_freqs. */
+    float rope_llama3_factor;
+    uint32_t rope_orig_ctx;
+    synth_type type; /* weight type or mix */
+    int pure;        /* 1: every 2-D weight in the base type (llama-quantize --pure) */
     uint64_t seed;
     /* A GGUF file whose tokenizer.* keys are copied; NULL for a generated SPM vocabulary of
      * n_vocab tokens (<unk>, <s>, </s>, the 256 byte tokens, then filler pieces). Borrowed. */
@@ -89,13 +102,18 @@ typedef struct synth_report {
  * separate output), F32, seed 1, generated vocabulary, threads 0. */
 synth_params synth_params_default(void);
 
-/* Set the shape fields of *p (arch, dims, n_vocab, n_ctx, rope_base, rms_eps, tied) to those of a
- * named real model; other fields are left alone. Presets: "tinyllama-1.1b", "smollm2-135m",
- * "qwen2-0.5b". CORRAL_NOT_FOUND with a message naming the preset and listing the known ones. */
+/* Set the shape fields of *p (arch, dims, head_dim, n_vocab, n_ctx, rope_base, rms_eps, tied,
+ * the sliding window and Llama 3 RoPE scaling) to those of a named real model; other fields are
+ * left alone. Presets: "tinyllama-1.1b", "smollm2-135m", "qwen2-0.5b", "qwen3-0.6b",
+ * "gemma3-1b", "llama3.2-1b", "phi3-mini". CORRAL_NOT_FOUND with a message naming the preset and
+ * listing the known ones. */
 corral_status synth_params_set_preset(synth_params *p, const char *preset, corral_error *err);
 
-/* "tinyllama-1.1b, smollm2-135m, qwen2-0.5b". Static. */
+/* "tinyllama-1.1b, smollm2-135m, ...". Static. */
 const char *synth_preset_names(void);
+
+/* "llama, qwen2, qwen3, gemma3, phi3": the architectures synth writes. Static. */
+const char *synth_arch_names(void);
 
 /* Parse a type name ("q4_k_m", case-insensitive). CORRAL_NOT_FOUND with a message naming it and
  * listing the known ones. */
@@ -105,8 +123,9 @@ corral_status synth_type_parse(const char *name, synth_type *out, corral_error *
 const char *synth_type_name(synth_type type);
 
 /* Check the parameters: known arch and type, sizes in the loader's ranges, n_embd divisible by
- * n_head, n_head a multiple of n_head_kv, an even head dimension, n_vocab >= 259 for a generated
- * vocabulary. CORRAL_INVALID_ARGUMENT with a message naming the offending value(s). */
+ * n_head (without head_dim), n_head a multiple of n_head_kv, an even head dimension, n_vocab >=
+ * 259 for a generated vocabulary, a sliding window only for gemma3 and Llama 3 RoPE only for
+ * llama. CORRAL_INVALID_ARGUMENT with a message naming the offending value(s). */
 corral_status synth_validate(const synth_params *p, corral_error *err);
 
 /* The tensor type synth_write stores `tensor` (a GGUF tensor name such as "blk.3.attn_v.weight"
