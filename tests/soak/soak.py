@@ -355,9 +355,13 @@ class Soak:
             rid = raw.send(what, **generate(model, prompt="x" * (80 * 1024), max_tokens=1))
             self.wait_final(raw, rid, what)
         elif what == "malformed":
-            raw.sock.send(bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64))))
-            # The answer, if any, is an Error with id 0 (or, by chance, a valid request's answer
-            # for an id nobody sent): read it off so it is not mistaken later.
+            # Random bytes after a first tag of wire type 7, which no protobuf parser accepts: the
+            # message can never parse as a request by chance (a 30-minute run once sent bytes
+            # that did, with the id of another client's request, and was answered for that id).
+            tag = (rng.randint(1, 15) << 3) | 7
+            raw.sock.send(bytes([tag]) + bytes(rng.getrandbits(8)
+                                               for _ in range(rng.randint(0, 63))))
+            # The answer is an Error with id 0: read it off so it is not mistaken later.
             raw.receive(0.2)
         elif what == "regex":
             rid = raw.send(what, **generate(model, max_tokens=4, constraint=HOSTILE_REGEX))
