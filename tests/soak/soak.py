@@ -333,9 +333,14 @@ class Soak:
             self.wait_final(raw, rid, what)
         elif what == "disconnect":
             r = Raw(self.ctx, self.d.endpoint, self.totals)
-            r.send(what, **generate(model, max_tokens=400, stream=True, temperature=1.0,
-                                    constraint=ENDLESS))
-            r.receive(5.0)
+            rid = r.send(what, **generate(model, max_tokens=400, stream=True, temperature=1.0,
+                                          constraint=ENDLESS))
+            # Wait for the first chunk as a live client does, pinging: on a busy machine it can
+            # take longer than limits.peer_timeout_ms, and a silent client is rightly cancelled.
+            until = time.monotonic() + 30
+            while rid in r.open and r.open[rid]["chunks"] == 0 and time.monotonic() < until:
+                if r.receive(1.0) is None:
+                    r.ping()
             r.close()
         elif what == "unread":
             r = Raw(self.ctx, self.d.endpoint, self.totals, rcvhwm=1)
