@@ -159,12 +159,22 @@ static bool string_pattern(js_ctx *j, const json_t *pat) {
     const regex_rewrite how = {.set = write_json_set, .unanchored = any};
     corral_error e = {0};
     regex__text_puts(j->out, "\"");
+    const size_t start = j->out->len;
     const corral_status st =
         regex__rewrite(json_string_value(pat), json_string_length(pat), &how, j->out, &e);
     if (st != CORRAL_OK) {
         if (j->out->status != CORRAL_OK) return js__ok(j);
         return js__fail(j, "pattern", st, "%s", e.message);
     }
+    if (j->out->status != CORRAL_OK) return js__ok(j);
+    /* A pattern no string matches (`[]`, an empty class) would leave a schema nothing can
+     * satisfy, refused only by the whole pattern's compile, which cannot say where: compile this
+     * part alone to name it here. */
+    regex_dfa alone;
+    const corral_status cs = regex__compile(j->out->data + start, j->out->len - start,
+                                            REGEX_GENERATED, &alone, NULL, &e);
+    regex__free(&alone);
+    if (cs != CORRAL_OK) return js__fail(j, "pattern", cs, "%s", e.message);
     return regex__text_puts(j->out, "\"");
 }
 

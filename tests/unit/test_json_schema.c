@@ -858,6 +858,9 @@ START_TEST(test_refusals_name_their_place) {
          "email, ipv4)"},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", CORRAL_INVALID_ARGUMENT,
          "#/pattern: regex: lookahead (?=...) is not supported"},
+        /* A pattern no string matches, named where it is (found by fuzz_json_schema). */
+        {"{\"properties\":{\"sku\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{4[]}$\"}}}",
+         CORRAL_INVALID_ARGUMENT, "#/properties/sku/pattern: regex: the pattern matches nothing"},
         {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", CORRAL_INVALID_ARGUMENT,
          "#/pattern: regex: backreferences"},
         {"{\"type\":\"string\",\"pattern\":3}", CORRAL_INVALID_ARGUMENT,
