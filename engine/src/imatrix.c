@@ -109,9 +109,14 @@ static imatrix_entry *entry_add(imatrix *im, const char *name, uint64_t n_values
     return e;
 }
 
-/* Sort by name and derive every entry's importance (see imatrix.h). */
-static corral_status finish(imatrix *im, corral_error *err) {
+/* Sort by name, refuse a name given twice (a file's: `path` names it in the message), and derive
+ * every entry's importance (see imatrix.h). */
+static corral_status finish(imatrix *im, const char *path, corral_error *err) {
     qsort(im->e, im->n, sizeof *im->e, by_name);
+    for (uint32_t i = 1; i < im->n; i++)
+        if (strcmp(im->e[i - 1].name, im->e[i].name) == 0)
+            return corral_error_set(err, CORRAL_FORMAT, "%s: entry %s appears twice",
+                                    path ? path : "importance matrix", im->e[i].name);
     for (uint32_t i = 0; i < im->n; i++) {
         imatrix_entry *e = &im->e[i];
         free(e->importance);
@@ -151,7 +156,7 @@ corral_status imatrix_set(imatrix *im, const char *tensor, const float *importan
     if (!e) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     for (uint64_t i = 0; i < n; i++) e->sums[i] = (double)importance[i] * (double)tokens;
     e->counts[0] = (int64_t)tokens;
-    return finish(im, err);
+    return finish(im, NULL, err);
 }
 
 uint32_t imatrix_n_entries(const imatrix *im) {
@@ -335,7 +340,7 @@ static imatrix *load_gguf(gguf_file *f, const char *path, corral_error *err) {
             }
         }
     }
-    if (st == CORRAL_OK) st = finish(im, err);
+    if (st == CORRAL_OK) st = finish(im, path, err);
     free(nt);
     gguf_destroy(&f);
     if (st != CORRAL_OK) imatrix_destroy(&im);
@@ -415,7 +420,7 @@ static imatrix *load_legacy(const char *path, const uint8_t *buf, size_t size, c
             add_dataset(im, (const char *)r.p, (size_t)len) != CORRAL_OK)
             st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "%s: out of memory", path);
     }
-    if (st == CORRAL_OK) st = finish(im, err);
+    if (st == CORRAL_OK) st = finish(im, path, err);
     if (st != CORRAL_OK) imatrix_destroy(&im);
     return im;
 }
@@ -659,7 +664,7 @@ imatrix *imatrix_compute(const model *m, threadpool *pool, const int32_t *tokens
         im->chunk_size = n_ctx;
         if (p->dataset && add_dataset(im, p->dataset, strlen(p->dataset)) != CORRAL_OK)
             st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
-        if (st == CORRAL_OK) st = finish(im, err);
+        if (st == CORRAL_OK) st = finish(im, NULL, err);
     }
     if (st != CORRAL_OK) imatrix_destroy(&im);
     return im;

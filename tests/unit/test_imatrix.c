@@ -403,6 +403,22 @@ START_TEST(test_malformed_files) {
         ck_assert_msg(im == NULL, "a file cut at %zu of %zu loaded", cut, full);
         ck_assert_int_eq(err.status, CORRAL_FORMAT);
     }
+    /* The same entry twice (found by fuzz_imatrix): refused, naming it. */
+    {
+        uint8_t dup[128];
+        size_t o = put_i32(dup, 2);
+        for (int e = 0; e < 2; e++) {
+            o += put_i32(dup + o, 8);
+            memcpy(dup + o, "a.weight", 8);
+            o += 8;
+            o += put_i32(dup + o, 1); /* ncall */
+            o += put_i32(dup + o, 1); /* values */
+            memcpy(dup + o, &ok[0], 4);
+            o += 4;
+        }
+        write_bytes(tmp_path("dup.dat"), dup, o);
+        expect_load_error(tmp_path("dup.dat"), CORRAL_FORMAT, "entry a.weight appears twice");
+    }
     /* A huge entry count with nothing behind it. */
     int32_t huge[2] = {1 << 30, 5};
     write_bytes(tmp_path("huge.dat"), huge, sizeof huge);
