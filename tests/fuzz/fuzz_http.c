@@ -128,10 +128,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_json(r->out.data, r->out.len, "an answer");
     }
     free(text);
-done:
+done: /* what front_http.c's hreq_free frees of a request that never reached the core */
     json_decref(r->doc);
     free(r->messages);
     free(r->stops);
+    free(r->text_arg);
+    free(r->schema_text);
     hbuf_free(&r->out);
     free(r);
     free(j);
