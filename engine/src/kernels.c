@@ -44,12 +44,9 @@ static kernel_ops kernel_tables[VARIANT_COUNT];
 static pthread_once_t kernel_tables_once = PTHREAD_ONCE_INIT;
 
 static const char *const kernel_path_names[KERNEL_PATH_COUNT] = {
-    [KERNEL_PATH_SCALAR] = "scalar",
-    [KERNEL_PATH_AVX2] = "avx2",
-    [KERNEL_PATH_AVX512] = "avx512",
-    [KERNEL_PATH_NEON] = "neon",
-    [KERNEL_PATH_DOTPROD] = "dotprod",
-    [KERNEL_PATH_I8MM] = "i8mm",
+    [KERNEL_PATH_SCALAR] = "scalar",   [KERNEL_PATH_AVX2] = "avx2",
+    [KERNEL_PATH_AVX512] = "avx512",   [KERNEL_PATH_NEON] = "neon",
+    [KERNEL_PATH_DOTPROD] = "dotprod", [KERNEL_PATH_I8MM] = "i8mm",
 };
 
 #define FEATURE(name) ((cpu_features)1u << CPU_FEATURE_##name)
@@ -255,10 +252,11 @@ corral_status kernels_select(const char *request, cpu_features have, kernel_path
     for (int p = 0; p < KERNEL_PATH_COUNT; p++)
         if (strcasecmp(request, kernel_path_names[p]) == 0) found = p;
     if (found < 0)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "CORRAL_CPU='%.64s' is not a kernel path (use scalar, avx2, avx512, "
-                                "neon, dotprod, i8mm or auto)",
-                                request);
+        return corral_error_set(
+            err, CORRAL_INVALID_ARGUMENT,
+            "CORRAL_CPU='%.64s' is not a kernel path (use scalar, avx2, avx512, "
+            "neon, dotprod, i8mm or auto)",
+            request);
     const kernel_path p = (kernel_path)found;
     if (!kernel_path_built(p))
         return corral_error_set(err, CORRAL_UNSUPPORTED,

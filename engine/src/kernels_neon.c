@@ -1,7 +1,7 @@
 /*
  * kernels_neon.c — the neon path: kernels_neon.inc and the panel kernels
- * (kernels_panel.inc over kernels_arm.inc) compiled with -march=armv8-a (any ARMv8-A CPU: the baseline Advanced SIMD),
- * engine/CMakeLists.txt.
+ * (kernels_panel.inc over kernels_arm.inc) compiled with -march=armv8-a (any ARMv8-A CPU: the
+ * baseline Advanced SIMD), engine/CMakeLists.txt.
  */
 #if defined(__aarch64__)
 #define KN_DOTPROD 0

@@ -1,7 +1,7 @@
 /*
  * kernels_neon_i8mm.c — the i8mm path: kernels_neon.inc and the panel kernels
- * (kernels_panel.inc over kernels_arm.inc) compiled with -march=armv8.2-a+dotprod+i8mm (SDOT, USDOT, SMMLA),
- * engine/CMakeLists.txt.
+ * (kernels_panel.inc over kernels_arm.inc) compiled with -march=armv8.2-a+dotprod+i8mm (SDOT,
+ * USDOT, SMMLA), engine/CMakeLists.txt.
  */
 #if defined(__aarch64__)
 #define KN_DOTPROD 1

@@ -1047,8 +1047,8 @@ START_TEST(test_select_refuses_missing_features_and_unknown_names) {
     /* A Raspberry Pi 5 asked for i8mm: the message names what it lacks, and only that. */
     ck_assert_int_eq(kernels_select("i8mm", F(NEON) | F(DOTPROD) | F(FP16), &p, &vnni, &err),
                      CORRAL_UNSUPPORTED);
-    ck_assert_msg(strstr(err.message, "CORRAL_CPU=i8mm: this CPU lacks i8mm, which the i8mm"),
-                  "%s", err.message);
+    ck_assert_msg(strstr(err.message, "CORRAL_CPU=i8mm: this CPU lacks i8mm, which the i8mm"), "%s",
+                  err.message);
     ck_assert_int_eq(kernels_select("dotprod", F(NEON) | F(I8MM), &p, &vnni, &err),
                      CORRAL_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "lacks dotprod,") != NULL, "%s", err.message);
