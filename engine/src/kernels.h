@@ -21,8 +21,9 @@
  * kernels_avx512.c, kernels_avx512_vnni.c, built from kernels_avx2.inc / kernels_avx512.inc), so
  * the compiler can never slip an instruction into a path whose CPU lacks it, and one binary runs
  * on any x86-64. AArch64 builds do the same with kernels_neon.c, kernels_neon_dotprod.c and
- * kernels_neon_i8mm.c (from kernels_neon.inc and kernels_arm.inc; the ARM features come from
- * getauxval, base/src/cpu.c). Other architectures build the scalar path only.
+ * kernels_neon_i8mm.c (from kernels_neon.inc, kernels_arm.inc and, for i8mm's SMMLA panel
+ * kernels, kernels_arm_mmla.inc; the ARM features come from getauxval, base/src/cpu.c), in the
+ * same panel layout. Other architectures build the scalar path only.
  *
  * Which path runs is decided once per process, at the first kernels_get(): the best the CPU
  * supports, or the one the environment variable CORRAL_CPU names (scalar, avx2, avx512, neon,
