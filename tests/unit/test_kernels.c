@@ -1118,6 +1118,20 @@ START_TEST(test_tables_match_cpu_and_are_complete) {
     if (a512) ck_assert_int_eq(a512->vnni, cpu_has(have, CPU_FEATURE_AVX512VNNI));
     ck_assert_ptr_null(kernels_for_path(KERNEL_PATH_COUNT));
     ck_assert_ptr_null(kernels_for_variant(KERNEL_PATH_SCALAR, true));
+    /* Every ARM path has its own panel kernels, and i8mm its SMMLA ones for Q4_0 and Q8_0. */
+    const kernel_ops *neon = kernels_for_path(KERNEL_PATH_NEON),
+                     *dotprod = kernels_for_path(KERNEL_PATH_DOTPROD),
+                     *i8mm = kernels_for_path(KERNEL_PATH_I8MM);
+    if (neon) ck_assert_ptr_nonnull(neon->type[TENSOR_TYPE_Q4_K].panel_dot);
+    if (dotprod && neon)
+        ck_assert(dotprod->type[TENSOR_TYPE_Q4_0].panel_dot !=
+                  neon->type[TENSOR_TYPE_Q4_0].panel_dot);
+    if (i8mm && dotprod) {
+        ck_assert(i8mm->type[TENSOR_TYPE_Q4_0].panel_dot !=
+                  dotprod->type[TENSOR_TYPE_Q4_0].panel_dot);
+        ck_assert(i8mm->type[TENSOR_TYPE_Q8_0].panel_dot !=
+                  dotprod->type[TENSOR_TYPE_Q8_0].panel_dot);
+    }
 }
 END_TEST
 
