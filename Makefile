@@ -5,9 +5,12 @@
 #                ASan+UBSan build)
 #   make fuzz    build the libFuzzer targets (clang) and run each for FUZZ_SECONDS (default 60);
 #                fails if any finds a crash, hang, leak or out-of-memory input (scripts/fuzz)
+#   make test-arm64  cross-build the engine suites, corrald and the CLI for aarch64 and run them
+#                under qemu-aarch64-static on each ARM kernel path (scripts/test-arm64; installs
+#                the cross tools first with scripts/bootstrap --arm64)
 #
-# The CMake build trees are build/ (Release), build-asan/ (sanitizers) and build-fuzz/ (clang,
-# libFuzzer, ASan+UBSan). Each is configured once and then only rebuilt incrementally, so a second
+# The CMake build trees are build/ (Release), build-asan/ (sanitizers), build-fuzz/ (clang,
+# libFuzzer, ASan+UBSan) and build-arm64/ (aarch64 cross build, Release). Each is configured once and then only rebuilt incrementally, so a second
 # `make test` compiles nothing.
 
 MAKEFLAGS  += --no-print-directory
@@ -15,12 +18,14 @@ MAKEFLAGS  += --no-print-directory
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+ARM64_BUILD ?= build-arm64
 FUZZ_SECONDS ?= 60
 JOBS       ?= $(shell nproc)
 PYTHON     := /usr/bin/python3
 CONFIG     ?= config/corral.yaml
 
-.PHONY: all bootstrap build build-asan build-fuzz run test test-release test-asan fuzz clean
+.PHONY: all bootstrap build build-asan build-fuzz run test test-release test-asan test-arm64 fuzz \
+        clean
 
 all: build
 
@@ -56,8 +61,12 @@ test-release: build
 test-asan: build-asan
 	@scripts/run-tests $(ASAN_BUILD)
 
+test-arm64:
+	@scripts/bootstrap --arm64
+	@JOBS=$(JOBS) scripts/test-arm64 $(ARM64_BUILD)
+
 fuzz: build-fuzz
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz $(FUZZ_BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(ARM64_BUILD)

@@ -1,5 +1,6 @@
 /*
- * cpu.c — feature detection with cpuid/xgetbv on x86-64, and core counting from sysfs.
+ * cpu.c — feature detection with cpuid/xgetbv on x86-64, with getauxval on aarch64 Linux, and
+ * core counting from sysfs.
  */
 #include "corral/cpu.h"
 
@@ -52,6 +53,30 @@ static cpu_features cpu_detect_uncached(void) {
         if (a & (1u << 4)) f |= 1u << CPU_FEATURE_AVX_VNNI; /* CPUID.(7,1):EAX[4] */
         if (os_avx512 && (a & (1u << 5))) f |= 1u << CPU_FEATURE_AVX512BF16;
     }
+    return f;
+}
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+
+/* The kernel's capability bits (arch/arm64/include/uapi/asm/hwcap.h), spelled out so that older
+ * C libraries' headers are not needed. */
+enum {
+    ARM_HWCAP_ASIMD = 1 << 1,    /* Advanced SIMD (NEON) */
+    ARM_HWCAP_ASIMDHP = 1 << 10, /* half-precision arithmetic in Advanced SIMD */
+    ARM_HWCAP_ASIMDDP = 1 << 20, /* SDOT / UDOT (ARMv8.2 dot product) */
+    ARM_HWCAP2_I8MM = 1 << 13,   /* SMMLA / UMMLA / USMMLA / USDOT (ARMv8.6 int8 matrix mul) */
+    ARM_HWCAP2_BF16 = 1 << 14,   /* BFDOT / BFMMLA / BFCVT */
+};
+
+static cpu_features cpu_detect_uncached(void) {
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    /* Advanced SIMD is mandatory on AArch64 Linux; trust the bit anyway when it is there. */
+    cpu_features f = 1u << CPU_FEATURE_NEON;
+    if (hw && !(hw & ARM_HWCAP_ASIMD)) f = 0;
+    if (hw & ARM_HWCAP_ASIMDDP) f |= 1u << CPU_FEATURE_DOTPROD;
+    if (hw & ARM_HWCAP_ASIMDHP) f |= 1u << CPU_FEATURE_FP16;
+    if (hw2 & ARM_HWCAP2_I8MM) f |= 1u << CPU_FEATURE_I8MM;
+    if (hw2 & ARM_HWCAP2_BF16) f |= 1u << CPU_FEATURE_BF16;
     return f;
 }
 #elif defined(__aarch64__)

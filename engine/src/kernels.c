@@ -26,13 +26,17 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Variants: scalar, then each SIMD path without and with VNNI. */
+/* Variants: scalar, then each x86 SIMD path without and with VNNI, then the ARM paths (one
+ * variant each: what distinguishes them is the path itself). */
 enum {
     VARIANT_SCALAR,
     VARIANT_AVX2,
     VARIANT_AVX2_VNNI,
     VARIANT_AVX512,
     VARIANT_AVX512_VNNI,
+    VARIANT_NEON,
+    VARIANT_DOTPROD,
+    VARIANT_I8MM,
     VARIANT_COUNT
 };
 
@@ -40,9 +44,9 @@ static kernel_ops kernel_tables[VARIANT_COUNT];
 static pthread_once_t kernel_tables_once = PTHREAD_ONCE_INIT;
 
 static const char *const kernel_path_names[KERNEL_PATH_COUNT] = {
-    [KERNEL_PATH_SCALAR] = "scalar",
-    [KERNEL_PATH_AVX2] = "avx2",
-    [KERNEL_PATH_AVX512] = "avx512",
+    [KERNEL_PATH_SCALAR] = "scalar",   [KERNEL_PATH_AVX2] = "avx2",
+    [KERNEL_PATH_AVX512] = "avx512",   [KERNEL_PATH_NEON] = "neon",
+    [KERNEL_PATH_DOTPROD] = "dotprod", [KERNEL_PATH_I8MM] = "i8mm",
 };
 
 #define FEATURE(name) ((cpu_features)1u << CPU_FEATURE_##name)
@@ -118,39 +122,51 @@ static void kernel_fill_scalar(kernel_ops *o) {
     o->rope = ops_rope_apply;
 }
 
+/* The SIMD variants this build has, each with the function that fills in its kernels. */
+static const struct {
+    int variant;
+    kernel_path path;
+    bool vnni;
+    const char *name;
+    void (*fill)(kernel_ops *);
+} kernel_simd[] = {
+#if defined(__x86_64__)
+    {VARIANT_AVX2, KERNEL_PATH_AVX2, false, "avx2", kernels__fill_avx2},
+    {VARIANT_AVX2_VNNI, KERNEL_PATH_AVX2, true, "avx2+vnni", kernels__fill_avx2_vnni},
+    {VARIANT_AVX512, KERNEL_PATH_AVX512, false, "avx512", kernels__fill_avx512},
+    {VARIANT_AVX512_VNNI, KERNEL_PATH_AVX512, true, "avx512+vnni", kernels__fill_avx512_vnni},
+#elif defined(__aarch64__)
+    {VARIANT_NEON, KERNEL_PATH_NEON, false, "neon", kernels__fill_neon},
+    {VARIANT_DOTPROD, KERNEL_PATH_DOTPROD, false, "dotprod", kernels__fill_neon_dotprod},
+    {VARIANT_I8MM, KERNEL_PATH_I8MM, false, "i8mm", kernels__fill_neon_i8mm},
+#endif
+    {VARIANT_SCALAR, KERNEL_PATH_SCALAR, false, "scalar", NULL}, /* end; never filled twice */
+};
+enum { KERNEL_SIMD_COUNT = sizeof kernel_simd / sizeof kernel_simd[0] - 1 };
+
 static void kernel_tables_build(void) {
     kernel_fill_scalar(&kernel_tables[VARIANT_SCALAR]);
-#if defined(__x86_64__)
-    static const struct {
-        int variant;
-        kernel_path path;
-        bool vnni;
-        const char *name;
-        void (*fill)(kernel_ops *);
-    } simd[] = {
-        {VARIANT_AVX2, KERNEL_PATH_AVX2, false, "avx2", kernels__fill_avx2},
-        {VARIANT_AVX2_VNNI, KERNEL_PATH_AVX2, true, "avx2+vnni", kernels__fill_avx2_vnni},
-        {VARIANT_AVX512, KERNEL_PATH_AVX512, false, "avx512", kernels__fill_avx512},
-        {VARIANT_AVX512_VNNI, KERNEL_PATH_AVX512, true, "avx512+vnni", kernels__fill_avx512_vnni},
-    };
-    for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++) {
-        kernel_ops *o = &kernel_tables[simd[i].variant];
+    for (size_t i = 0; i < KERNEL_SIMD_COUNT; i++) {
+        kernel_ops *o = &kernel_tables[kernel_simd[i].variant];
         *o = kernel_tables[VARIANT_SCALAR];
-        o->path = simd[i].path;
-        o->vnni = simd[i].vnni;
-        o->name = simd[i].name;
-        simd[i].fill(o);
+        o->path = kernel_simd[i].path;
+        o->vnni = kernel_simd[i].vnni;
+        o->name = kernel_simd[i].name;
+        kernel_simd[i].fill(o);
     }
-#endif
 }
 
 /* Whether this build has kernels for a path at all. */
 static bool kernel_path_built(kernel_path path) {
-#if defined(__x86_64__)
-    return path >= 0 && path < KERNEL_PATH_COUNT;
-#else
-    return path == KERNEL_PATH_SCALAR;
-#endif
+    if (path == KERNEL_PATH_SCALAR) return true;
+    for (size_t i = 0; i < KERNEL_SIMD_COUNT; i++)
+        if (kernel_simd[i].path == path) return true;
+    return false;
+}
+
+/* The architecture whose build has a path's kernels, for the message when this one has not. */
+static const char *kernel_path_arch(kernel_path path) {
+    return path == KERNEL_PATH_AVX2 || path == KERNEL_PATH_AVX512 ? "x86-64" : "aarch64";
 }
 
 static int kernel_variant_index(kernel_path path, bool vnni) {
@@ -161,6 +177,12 @@ static int kernel_variant_index(kernel_path path, bool vnni) {
             return vnni ? VARIANT_AVX2_VNNI : VARIANT_AVX2;
         case KERNEL_PATH_AVX512:
             return vnni ? VARIANT_AVX512_VNNI : VARIANT_AVX512;
+        case KERNEL_PATH_NEON:
+            return vnni ? -1 : VARIANT_NEON;
+        case KERNEL_PATH_DOTPROD:
+            return vnni ? -1 : VARIANT_DOTPROD;
+        case KERNEL_PATH_I8MM:
+            return vnni ? -1 : VARIANT_I8MM;
         default:
             return -1;
     }
@@ -175,6 +197,13 @@ cpu_features kernel_path_required_features(kernel_path path) {
              * (every AVX-512 CPU has it). */
             return kernel_path_required_features(KERNEL_PATH_AVX2) | FEATURE(AVX512F) |
                    FEATURE(AVX512BW) | FEATURE(AVX512VL);
+        case KERNEL_PATH_NEON:
+            return FEATURE(NEON);
+        case KERNEL_PATH_DOTPROD:
+            return FEATURE(NEON) | FEATURE(DOTPROD);
+        case KERNEL_PATH_I8MM:
+            /* The i8mm tables keep the dotprod kernels where a matrix multiply does not help. */
+            return FEATURE(NEON) | FEATURE(DOTPROD) | FEATURE(I8MM);
         default:
             return 0;
     }
@@ -223,15 +252,16 @@ corral_status kernels_select(const char *request, cpu_features have, kernel_path
     for (int p = 0; p < KERNEL_PATH_COUNT; p++)
         if (strcasecmp(request, kernel_path_names[p]) == 0) found = p;
     if (found < 0)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "CORRAL_CPU='%.64s' is not a kernel path (use scalar, avx2, avx512 "
-                                "or auto)",
-                                request);
+        return corral_error_set(
+            err, CORRAL_INVALID_ARGUMENT,
+            "CORRAL_CPU='%.64s' is not a kernel path (use scalar, avx2, avx512, "
+            "neon, dotprod, i8mm or auto)",
+            request);
     const kernel_path p = (kernel_path)found;
     if (!kernel_path_built(p))
         return corral_error_set(err, CORRAL_UNSUPPORTED,
-                                "CORRAL_CPU=%s: this build has no %s kernels (not an x86-64 build)",
-                                kernel_path_name(p), kernel_path_name(p));
+                                "CORRAL_CPU=%s: this build has no %s kernels (not an %s build)",
+                                kernel_path_name(p), kernel_path_name(p), kernel_path_arch(p));
     const cpu_features missing = kernel_path_required_features(p) & ~have;
     if (missing) {
         char names[256];

@@ -11,15 +11,23 @@
  *   avx2     AVX2 + FMA + F16C (Haswell and later); AVX-VNNI (vpdpbusd/vpdpwssd, VEX) when the
  *            CPU has it
  *   avx512   AVX-512 F + BW + VL (Skylake-X and later); AVX512-VNNI when present
+ *   neon     AArch64 Advanced SIMD (every ARMv8-A CPU: Raspberry Pi 3/4, Cortex-A53/A72)
+ *   dotprod  neon + SDOT/UDOT (ARMv8.2 dot product: Raspberry Pi 5's Cortex-A76, Neoverse N1)
+ *   i8mm     dotprod + the ARMv8.6 int8 matrix multiply (SMMLA, USDOT: Cortex-A510/A710/X2
+ *            and later, Neoverse V1/N2, Apple M2+)
  *
  * The SIMD kernels live in their own translation units, each compiled with exactly the
  * instruction-set flags of the CPUs that may run it (kernels_avx2.c, kernels_avx2_vnni.c,
  * kernels_avx512.c, kernels_avx512_vnni.c, built from kernels_avx2.inc / kernels_avx512.inc), so
  * the compiler can never slip an instruction into a path whose CPU lacks it, and one binary runs
- * on any x86-64. Other architectures build the scalar path only; the table leaves room for NEON.
+ * on any x86-64. AArch64 builds do the same with kernels_neon.c, kernels_neon_dotprod.c and
+ * kernels_neon_i8mm.c (from kernels_neon.inc, kernels_arm.inc and, for i8mm's SMMLA panel
+ * kernels, kernels_arm_mmla.inc; the ARM features come from getauxval, base/src/cpu.c), in the
+ * same panel layout. Other architectures build the scalar path only.
  *
  * Which path runs is decided once per process, at the first kernels_get(): the best the CPU
- * supports, or the one the environment variable CORRAL_CPU names (scalar, avx2, avx512, auto).
+ * supports, or the one the environment variable CORRAL_CPU names (scalar, avx2, avx512, neon,
+ * dotprod, i8mm, auto).
  * Naming a path this CPU cannot run, or a name that is no path, is an error, never a silent
  * fallback: model_load fails with the message (naming the missing CPU features).
  *
@@ -52,6 +60,9 @@ typedef enum kernel_path {
     KERNEL_PATH_SCALAR = 0,
     KERNEL_PATH_AVX2 = 1,
     KERNEL_PATH_AVX512 = 2,
+    KERNEL_PATH_NEON = 3,
+    KERNEL_PATH_DOTPROD = 4,
+    KERNEL_PATH_I8MM = 5,
     KERNEL_PATH_COUNT
 } kernel_path;
 
@@ -163,7 +174,8 @@ typedef void (*kernel_attn_heads_fn)(uint32_t n_heads, const float *restrict q, 
 typedef struct kernel_ops {
     kernel_path path;
     bool vnni;        /* this table uses the VNNI instructions of its path */
-    const char *name; /* "scalar", "avx2", "avx2+vnni", "avx512", "avx512+vnni" */
+    const char *name; /* "scalar", "avx2", "avx2+vnni", "avx512", "avx512+vnni", "neon",
+                         "dotprod", "i8mm" */
     kernel_type_ops type[TENSOR_TYPE_COUNT];
     /* Attention inner loops. */
     kernel_dot_f32_fn attn_dot_f32;
@@ -199,7 +211,7 @@ const kernel_ops *kernels_for_path(kernel_path path);
  * that has VNNI. Thread-safe. */
 const kernel_ops *kernels_for_variant(kernel_path path, bool vnni);
 
-/* "scalar", "avx2", "avx512"; "unknown" for other values. */
+/* "scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"; "unknown" for other values. */
 const char *kernel_path_name(kernel_path path);
 
 /* The CPU features a path needs (cpu_has bits), and the one that adds its VNNI variant
@@ -245,7 +257,7 @@ void kernels__attn_heads_scalar(uint32_t n_heads, const float *restrict q, const
                                 const void *v, size_t stride, uint32_t n_pos, uint32_t hd,
                                 float scale, int f16, float *restrict scores, float *restrict out);
 
-/* ---- SIMD tables (x86-64 builds only) -------------------------------------------------------- */
+/* ---- SIMD tables (x86-64 builds only) ------------------------------------------------------- */
 
 /* Fill *ops with one SIMD path's kernels; entries a path does not implement are left as they
  * were (the caller starts from the scalar table). Each lives in its own translation unit. */
@@ -253,5 +265,11 @@ void kernels__fill_avx2(kernel_ops *ops);
 void kernels__fill_avx2_vnni(kernel_ops *ops);
 void kernels__fill_avx512(kernel_ops *ops);
 void kernels__fill_avx512_vnni(kernel_ops *ops);
+
+/* ---- SIMD tables (aarch64 builds only) ------------------------------------------------------- */
+
+void kernels__fill_neon(kernel_ops *ops);
+void kernels__fill_neon_dotprod(kernel_ops *ops);
+void kernels__fill_neon_i8mm(kernel_ops *ops);
 
 #endif /* CORRAL_ENGINE_KERNELS_H */

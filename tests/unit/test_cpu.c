@@ -17,6 +17,15 @@ START_TEST(test_implications_hold) {
 #if defined(__x86_64__)
     ck_assert(cpu_has(f, CPU_FEATURE_SSE3)); /* every x86-64 CPU of the last 15 years */
     ck_assert(!cpu_has(f, CPU_FEATURE_NEON));
+    ck_assert(!cpu_has(f, CPU_FEATURE_DOTPROD));
+    ck_assert(!cpu_has(f, CPU_FEATURE_I8MM));
+#elif defined(__aarch64__)
+    /* From AT_HWCAP: Advanced SIMD always; the ARM extensions never on their own. */
+    ck_assert(cpu_has(f, CPU_FEATURE_NEON));
+    ck_assert(!cpu_has(f, CPU_FEATURE_AVX2));
+    if (cpu_has(f, CPU_FEATURE_DOTPROD) || cpu_has(f, CPU_FEATURE_I8MM) ||
+        cpu_has(f, CPU_FEATURE_FP16))
+        ck_assert(cpu_has(f, CPU_FEATURE_NEON));
 #endif
 }
 END_TEST
@@ -27,6 +36,9 @@ START_TEST(test_format_names) {
     size_t len = cpu_format_features(set, buf, sizeof buf);
     ck_assert_str_eq(buf, "avx2 fma");
     ck_assert_uint_eq(len, strlen("avx2 fma"));
+    set = (1u << CPU_FEATURE_NEON) | (1u << CPU_FEATURE_DOTPROD) | (1u << CPU_FEATURE_I8MM);
+    cpu_format_features(set, buf, sizeof buf);
+    ck_assert_str_eq(buf, "neon dotprod i8mm");
 }
 END_TEST
 

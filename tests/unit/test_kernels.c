@@ -963,8 +963,6 @@ END_TEST
 #define F(name) ((cpu_features)1u << CPU_FEATURE_##name)
 
 START_TEST(test_select_picks_best_and_named_paths) {
-    const cpu_features avx2 = F(AVX) | F(AVX2) | F(FMA) | F(F16C);
-    const cpu_features avx512 = avx2 | F(AVX512F) | F(AVX512BW) | F(AVX512VL);
     kernel_path p;
     bool vnni;
     corral_error err;
@@ -972,6 +970,8 @@ START_TEST(test_select_picks_best_and_named_paths) {
     ck_assert_int_eq(p, KERNEL_PATH_SCALAR);
     ck_assert(!vnni);
 #if defined(__x86_64__)
+    const cpu_features avx2 = F(AVX) | F(AVX2) | F(FMA) | F(F16C);
+    const cpu_features avx512 = avx2 | F(AVX512F) | F(AVX512BW) | F(AVX512VL);
     ck_assert_int_eq(kernels_select(NULL, avx2, &p, &vnni, &err), CORRAL_OK);
     ck_assert_int_eq(p, KERNEL_PATH_AVX2);
     ck_assert(!vnni);
@@ -994,6 +994,36 @@ START_TEST(test_select_picks_best_and_named_paths) {
     /* AVX-512 without BW/VL (Knights Landing) falls to avx2 under auto. */
     ck_assert_int_eq(kernels_select(NULL, avx2 | F(AVX512F), &p, &vnni, &err), CORRAL_OK);
     ck_assert_int_eq(p, KERNEL_PATH_AVX2);
+    /* The ARM paths are not in an x86-64 build, whatever the feature bits say. */
+    ck_assert_int_eq(kernels_select(NULL, F(NEON) | F(DOTPROD) | F(I8MM), &p, &vnni, &err),
+                     CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_SCALAR);
+#elif defined(__aarch64__)
+    /* The Cortex-A53 (ARMv8.0), the Cortex-A76 of a Raspberry Pi 5 (+ dotprod, fp16), a
+     * Neoverse V1 / Cortex-A710 (+ i8mm, bf16). */
+    const cpu_features a53 = F(NEON), a76 = a53 | F(DOTPROD) | F(FP16),
+                       v1 = a76 | F(I8MM) | F(BF16);
+    ck_assert_int_eq(kernels_select(NULL, a53, &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_NEON);
+    ck_assert(!vnni);
+    ck_assert_int_eq(kernels_select("auto", a76, &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_DOTPROD);
+    ck_assert_int_eq(kernels_select("", v1, &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_I8MM);
+    ck_assert(!vnni);
+    /* i8mm without the dot product (no such CPU ships, but the bits are separate): neon. */
+    ck_assert_int_eq(kernels_select(NULL, a53 | F(I8MM), &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_NEON);
+    /* Named paths, any case; a lesser path on a better CPU. */
+    ck_assert_int_eq(kernels_select("NEON", v1, &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_NEON);
+    ck_assert_int_eq(kernels_select("dotprod", v1, &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_DOTPROD);
+    ck_assert_int_eq(kernels_select("scalar", v1, &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_SCALAR);
+    /* The x86 paths are not in an aarch64 build. */
+    ck_assert_int_eq(kernels_select(NULL, ~(cpu_features)0 & ~F(NEON), &p, &vnni, &err), CORRAL_OK);
+    ck_assert_int_eq(p, KERNEL_PATH_SCALAR);
 #endif
 }
 END_TEST
@@ -1011,6 +1041,21 @@ START_TEST(test_select_refuses_missing_features_and_unknown_names) {
     ck_assert_ptr_null(strstr(err.message, "avx512f ")); /* present features are not listed */
     ck_assert_int_eq(kernels_select("avx2", F(AVX) | F(AVX2), &p, &vnni, &err), CORRAL_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "fma f16c") != NULL, "%s", err.message);
+    ck_assert_int_eq(kernels_select("i8mm", ~(cpu_features)0, &p, &vnni, &err), CORRAL_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "no i8mm kernels (not an aarch64 build)"), "%s", err.message);
+#elif defined(__aarch64__)
+    /* A Raspberry Pi 5 asked for i8mm: the message names what it lacks, and only that. */
+    ck_assert_int_eq(kernels_select("i8mm", F(NEON) | F(DOTPROD) | F(FP16), &p, &vnni, &err),
+                     CORRAL_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "CORRAL_CPU=i8mm: this CPU lacks i8mm, which the i8mm"), "%s",
+                  err.message);
+    ck_assert_int_eq(kernels_select("dotprod", F(NEON) | F(I8MM), &p, &vnni, &err),
+                     CORRAL_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "lacks dotprod,") != NULL, "%s", err.message);
+    ck_assert_int_eq(kernels_select("i8mm", F(NEON), &p, &vnni, &err), CORRAL_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "lacks dotprod i8mm,") != NULL, "%s", err.message);
+    ck_assert_int_eq(kernels_select("avx2", ~(cpu_features)0, &p, &vnni, &err), CORRAL_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "no avx2 kernels (not an x86-64 build)"), "%s", err.message);
 #endif
     ck_assert_ptr_nonnull(strstr(err.message, "CORRAL_CPU="));
     ck_assert_int_eq(kernels_select("avx1024", ~(cpu_features)0, &p, &vnni, &err),
@@ -1032,8 +1077,17 @@ START_TEST(test_tables_match_cpu_and_are_complete) {
             const cpu_features need = kernel_path_required_features((kernel_path)p) |
                                       (v ? kernel_path_vnni_features((kernel_path)p) : 0);
             bool can = (have & need) == need && !(v && p == KERNEL_PATH_SCALAR);
-#if !defined(__x86_64__)
-            can = can && p == KERNEL_PATH_SCALAR;
+            /* Each architecture builds its own paths only. */
+            const bool x86_path = p == KERNEL_PATH_AVX2 || p == KERNEL_PATH_AVX512;
+            const bool arm_path = p >= KERNEL_PATH_NEON && p <= KERNEL_PATH_I8MM;
+            (void)x86_path;
+            (void)arm_path;
+#if defined(__x86_64__)
+            can = can && !arm_path;
+#elif defined(__aarch64__)
+            can = can && !x86_path && !v;
+#else
+            can = can && !x86_path && !arm_path;
 #endif
             ck_assert_msg((o != NULL) == can, "path %s vnni %d: table %p, CPU can %d",
                           kernel_path_name((kernel_path)p), v, (const void *)o, can);
@@ -1064,6 +1118,20 @@ START_TEST(test_tables_match_cpu_and_are_complete) {
     if (a512) ck_assert_int_eq(a512->vnni, cpu_has(have, CPU_FEATURE_AVX512VNNI));
     ck_assert_ptr_null(kernels_for_path(KERNEL_PATH_COUNT));
     ck_assert_ptr_null(kernels_for_variant(KERNEL_PATH_SCALAR, true));
+    /* Every ARM path has its own panel kernels, and i8mm its SMMLA ones for Q4_0 and Q8_0. */
+    const kernel_ops *neon = kernels_for_path(KERNEL_PATH_NEON),
+                     *dotprod = kernels_for_path(KERNEL_PATH_DOTPROD),
+                     *i8mm = kernels_for_path(KERNEL_PATH_I8MM);
+    if (neon) ck_assert_ptr_nonnull(neon->type[TENSOR_TYPE_Q4_K].panel_dot);
+    if (dotprod && neon)
+        ck_assert(dotprod->type[TENSOR_TYPE_Q4_0].panel_dot !=
+                  neon->type[TENSOR_TYPE_Q4_0].panel_dot);
+    if (i8mm && dotprod) {
+        ck_assert(i8mm->type[TENSOR_TYPE_Q4_0].panel_dot !=
+                  dotprod->type[TENSOR_TYPE_Q4_0].panel_dot);
+        ck_assert(i8mm->type[TENSOR_TYPE_Q8_0].panel_dot !=
+                  dotprod->type[TENSOR_TYPE_Q8_0].panel_dot);
+    }
 }
 END_TEST
 
@@ -1129,6 +1197,10 @@ START_TEST(test_env_selects_path) {
             best = kernels_for_path((kernel_path)p);
             break;
         }
+    /* Where the runner knows which path this CPU must get (scripts/test-arm64 runs the suite
+     * under qemu's Cortex-A53, Cortex-A76 and "max" CPU models), the choice is that one. */
+    const char *must = getenv("CORRAL_TEST_EXPECT_PATH");
+    if (must && *must) ck_assert_str_eq(best->name, must);
     char expect[64];
     snprintf(expect, sizeof expect, "%s||1", best->name);
     in_child_with_env(NULL, probe_kernels_get, out, sizeof out);

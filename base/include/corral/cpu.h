@@ -1,5 +1,6 @@
 /*
- * cpu.h — what the processor can do, detected once with cpuid (x86-64) or assumed (aarch64).
+ * cpu.h — what the processor can do, detected once with cpuid (x86-64) or from the kernel's
+ * hardware capability words getauxval(AT_HWCAP / AT_HWCAP2) (aarch64 Linux).
  *
  * The engine's kernel dispatch reads these flags; `corrald --version` and `corral bench` print
  * them. A feature counts as present only when the CPU reports it *and* the operating system saves
@@ -25,7 +26,11 @@
     X(AVX512VL, "avx512vl")      \
     X(AVX512VNNI, "avx512_vnni") \
     X(AVX512BF16, "avx512_bf16") \
-    X(NEON, "neon")
+    X(NEON, "neon")              \
+    X(DOTPROD, "dotprod")        \
+    X(I8MM, "i8mm")              \
+    X(FP16, "fp16")              \
+    X(BF16, "bf16")
 
 typedef enum cpu_feature {
 #define CPU_FEATURE_ENUM_(name, text) CPU_FEATURE_##name,
