@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "corral/log.h"
+#include "corral/paths.h"
 #include "corral/tensor.h"
 #include "lora_impl.h"
 
@@ -449,33 +450,6 @@ corral_status lora_merge_file(const char *base_path, const lora_source *src, uin
 /* ---- the cache --------------------------------------------------------------------------------
  */
 
-/* mkdir -p with mode 0700 for the components it creates. */
-static corral_status make_dirs(const char *dir, corral_error *err) {
-    char path[LORA_PATH_MAX];
-    int len = snprintf(path, sizeof path, "%s", dir);
-    if (len <= 0 || (size_t)len >= sizeof path) {
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "cache directory '%s': bad path",
-                                dir);
-    }
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-            int e = errno;
-            return corral_error_set(err, CORRAL_IO, "cache directory %s: cannot create %s: %s", dir,
-                                    path, strerror(e));
-        }
-        *p = saved;
-        if (saved == '\0') break;
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        return corral_error_set(err, CORRAL_IO, "cache directory %s: not a directory", dir);
-    }
-    return CORRAL_OK;
-}
-
 corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant *out,
                                    corral_error *err) {
     if (!req || !out || !req->base_path || !req->cache_dir) {
@@ -491,7 +465,7 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
                                                      req->quantize, out->fingerprint, err)
                            : lora_fingerprint(req->base_path, req->adapters, req->n_adapters,
                                               out->fingerprint, err);
-    if (st == CORRAL_OK) st = make_dirs(req->cache_dir, err);
+    if (st == CORRAL_OK) st = paths_make_dir(req->cache_dir, err);
     if (st != CORRAL_OK) return st;
     char name[64];
     snprintf(name, sizeof name, "%s%s.gguf", prefix, out->fingerprint);

@@ -29,6 +29,7 @@
 #include "corral/curve.h"
 #include "corral/endpoint.h"
 #include "corral/evict.h"
+#include "corral/paths.h"
 #include "corral/quantize.h"
 
 typedef enum cfg_type {
@@ -60,6 +61,7 @@ typedef struct cfg_option {
     int64_t min, max;          /* inclusive bounds for INT and BYTES */
     double fmin, fmax;         /* inclusive bounds for FLOAT/DOUBLE */
     const char *default_value; /* YAML text, parsed like a value from a file; NULL: none */
+    const char *default_shown; /* --help-config's default when it is computed at run time */
     bool required;             /* must be given (list items) */
     ptrdiff_t has_offset;      /* >= 0: a bool field set when the key is given; -1: none */
     /* LIST: the item table, the item size and where the count lives. NAMES/ENDPOINTS/IDS:
@@ -451,9 +453,10 @@ static const cfg_option root_options[] = {
     {.path = "memory.swap_dir",
      .type = CFG_TYPE_PATH,
      .offset = offsetof(cfg, swap_dir),
-     .default_value = "/var/tmp/corral",
+     .default_shown = "$XDG_STATE_HOME/corral/swap",
      NO_HAS,
-     .doc = "where swapped-out state is written (an SSD is best)"},
+     .doc = "where swapped-out state is written (an SSD is best); by default the user's own "
+            "(~/.local/state/corral/swap without XDG_STATE_HOME), made with mode 0700"},
     {.path = "memory.policy",
      .type = CFG_TYPE_POLICY,
      .offset = offsetof(cfg, evict_policy),
@@ -464,9 +467,10 @@ static const cfg_option root_options[] = {
     {.path = "cache.dir",
      .type = CFG_TYPE_PATH,
      .offset = offsetof(cfg, cache_dir),
-     .default_value = "/var/tmp/corral/cache",
+     .default_shown = "$XDG_CACHE_HOME/corral",
      NO_HAS,
-     .doc = "where merged (LoRA) variants and weights rearranged for the kernels are kept"},
+     .doc = "where merged (LoRA) variants and weights rearranged for the kernels are kept; by "
+            "default the user's own (~/.cache/corral without XDG_CACHE_HOME), mode 0700"},
     {.path = "cache.limit",
      .type = CFG_TYPE_BYTES,
      .offset = offsetof(cfg, cache_limit),
@@ -959,11 +963,12 @@ static corral_status cfg_set_steps(cfg_loader *ld, const cfg_option *opt, void *
             }
             const char *pkey = scalar_text(pk), *pval = scalar_text(pv);
             if (strcmp(steps[i].kind, "plugin") == 0 && strcmp(pkey, "path") == 0) {
-                size_t need = (ld->base_dir ? strlen(ld->base_dir) : 0) + strlen(pval) + 2;
-                steps[i].path = malloc(need);
-                if (!steps[i].path) st = cfg_oom(ld);
-                else if (pval[0] == '/' || !ld->base_dir) snprintf(steps[i].path, need, "%s", pval);
-                else snprintf(steps[i].path, need, "%s/%s", ld->base_dir, pval);
+                char joined[PATH_MAX];
+                corral_error why;
+                if (paths_join(ld->base_dir, pval, joined, sizeof joined, &why) != CORRAL_OK)
+                    st = cfg_fail(ld, pv, "%s: step 'plugin': %s", opt->path, why.message);
+                else if (!(steps[i].path = strdup(joined)))
+                    st = cfg_oom(ld);
                 continue;
             }
             cfg_policy_param *pp = &steps[i].params[steps[i].n_params++];
@@ -1055,10 +1060,13 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
         case CFG_TYPE_PATH: {
             if (!text[0]) return cfg_fail(ld, node, "%s: must not be empty", opt->path);
             char *copy;
-            if (opt->type == CFG_TYPE_PATH && text[0] != '/' && ld->base_dir) {
-                size_t need = strlen(ld->base_dir) + strlen(text) + 2;
-                copy = malloc(need);
-                if (copy) snprintf(copy, need, "%s/%s", ld->base_dir, text);
+            if (opt->type == CFG_TYPE_PATH) {
+                /* Relative to the file's folder, spelled without the `dir/..` detours. */
+                char joined[PATH_MAX];
+                corral_error why;
+                if (paths_join(ld->base_dir, text, joined, sizeof joined, &why) != CORRAL_OK)
+                    return cfg_fail(ld, node, "%s: %s", opt->path, why.message);
+                copy = strdup(joined);
             } else {
                 copy = strdup(text);
             }
@@ -1419,13 +1427,30 @@ static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err
     return CORRAL_OK;
 }
 
+/* The defaults that depend on who runs corrald: its swap and cache folders are the user's own
+ * (corral/paths.h), so that two users' daemons never share one. A config file may name others. */
+static corral_status cfg_user_dirs(cfg *c, corral_error *err) {
+    char swap[PATH_MAX], cache[PATH_MAX];
+    corral_status st = paths_user_swap_dir(swap, sizeof swap, err);
+    if (st == CORRAL_OK) st = paths_user_cache_dir(cache, sizeof cache, err);
+    if (st != CORRAL_OK) return st;
+    free(c->swap_dir);
+    free(c->cache_dir);
+    c->swap_dir = strdup(swap);
+    c->cache_dir = strdup(cache);
+    if (!c->swap_dir || !c->cache_dir)
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
+    return CORRAL_OK;
+}
+
 cfg *cfg_new_defaults(corral_error *err) {
     cfg *c = calloc(1, sizeof *c);
     if (!c) {
         corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
         return NULL;
     }
-    if (cfg_apply_defaults(&root_table, c, err) != CORRAL_OK) cfg_destroy(&c);
+    if (cfg_apply_defaults(&root_table, c, err) != CORRAL_OK || cfg_user_dirs(c, err) != CORRAL_OK)
+        cfg_destroy(&c);
     return c;
 }
 
@@ -1590,7 +1615,10 @@ static void print_table(FILE *out, const cfg_table *t, const char *prefix) {
         snprintf(path, sizeof path, "%s%s", prefix, opt->path);
         fprintf(out, "  %-36s %-10s %s%s%s\n      %s\n", path, type_names[opt->type],
                 opt->required ? "required" : "default ", opt->required ? "" : " ",
-                opt->required ? "" : (opt->default_value ? opt->default_value : "(none)"),
+                opt->required        ? ""
+                : opt->default_value ? opt->default_value
+                : opt->default_shown ? opt->default_shown
+                                     : "(none)",
                 opt->doc);
         if (opt->type == CFG_TYPE_LIST) {
             char sub[128];

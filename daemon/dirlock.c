@@ -3,6 +3,8 @@
  */
 #include "dirlock.h"
 
+#include "corral/paths.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,7 +23,8 @@ struct dirlock {
 
 dirlock *dirlock_take(const char *dir, const char *what, corral_error *err) {
     corral_error_clear(err);
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) return NULL;
+    corral_error why;
+    if (paths_make_dir(dir, &why) != CORRAL_OK) return NULL; /* missing parents too, mode 0700 */
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/%s", dir, DIRLOCK_FILE) >= (int)sizeof path) return NULL;
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

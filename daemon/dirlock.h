@@ -15,8 +15,8 @@
 
 typedef struct dirlock dirlock;
 
-/* Lock directory `dir` (created with mode 0700 when missing) for this process. `what` names it
- * in messages ("swap directory"). Returns the lock, or NULL with err: CORRAL_UNAVAILABLE naming
+/* Lock directory `dir` (created with its missing parents, mode 0700) for this process. `what` names
+ * it in messages ("swap directory"). Returns the lock, or NULL with err: CORRAL_UNAVAILABLE naming
  * the holder's pid when another process holds it. A directory that cannot be created or written
  * is not locked: NULL with CORRAL_OK in err->status (the caller goes on without it; what it
  * writes there fails on its own, with its own message). Caller owns the result. */

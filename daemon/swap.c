@@ -16,6 +16,7 @@
 
 #include "corral/image.h"
 #include "corral/log.h"
+#include "corral/paths.h"
 #include "corral/tensor.h"
 
 #define SWAP_KIND   "kv-session"
@@ -71,9 +72,10 @@ swap_dir *swap_dir_open(const char *path, int64_t max_age_ms, swap_scan_report *
         free(d);
         return NULL;
     }
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+    corral_error why;
+    if (paths_make_dir(path, &why) != CORRAL_OK) {
         log_warn("swap directory cannot be created: state will be dropped instead of swapped",
-                 LOG_STR("path", path), LOG_STR("error", strerror(errno)));
+                 LOG_STR("path", path), LOG_STR("error", why.message));
         return d;
     }
     /* Writable? Try it: permissions alone do not tell (read-only mounts, full disks, root). */

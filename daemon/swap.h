@@ -40,11 +40,11 @@ typedef struct swap_scan_report {
     uint32_t images_removed; /* corrupt, foreign or expired images, deleted */
 } swap_scan_report;
 
-/* Open (creating it, mode 0700, if missing) the swap directory at path; remove leftover temporary
- * files; verify every session image and delete the bad ones and those not used for max_age_ms
- * (the session time-to-live). A directory that cannot be created or written is not an error: the
- * result then reports !swap_dir_writable and the caller drops state instead of swapping it (with a
- * warning). NULL only when out of memory. Caller owns the result. */
+/* Open (creating it and its missing parents, mode 0700) the swap directory at path; remove leftover
+ * temporary files; verify every session image and delete the bad ones and those not used for
+ * max_age_ms (the session time-to-live). A directory that cannot be created or written is not an
+ * error: the result then reports !swap_dir_writable and the caller drops state instead of swapping
+ * it (with a warning). NULL only when out of memory. Caller owns the result. */
 swap_dir *swap_dir_open(const char *path, int64_t max_age_ms, swap_scan_report *report);
 
 /* NULL-safe; sets *d to NULL. */

@@ -35,6 +35,7 @@
 
 #include "corral/image.h"
 #include "corral/log.h"
+#include "corral/paths.h"
 #include "model_impl.h"
 
 /* The kind of image, and the version of the panel layout: a change of layout makes every older
@@ -262,25 +263,6 @@ static corral_status repack_write_image(const char *path, const char *fp_hex, re
     return st;
 }
 
-/* mkdir -p: the cache directory and its missing parents are made on first use. */
-static corral_status make_dirs(const char *dir, corral_error *err) {
-    char path[4096];
-    const int n = snprintf(path, sizeof path, "%s", dir);
-    if (n <= 0 || (size_t)n >= sizeof path)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "cache directory path too long");
-    for (char *p = path + 1;; p++) {
-        const char c = *p;
-        if (c != '/' && c != '\0') continue;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return corral_error_set(err, CORRAL_IO, "cannot create the cache directory %s: %s",
-                                    path, strerror(errno));
-        *p = c;
-        if (c == '\0') break;
-    }
-    return CORRAL_OK;
-}
-
 /* Bind the plan to an image in dir, writing it first when needed. CORRAL_OK with pk->img set, or
  * an error (the caller falls back to memory). */
 static corral_status repack_with_image(const struct model *m, const char *dir,
@@ -289,7 +271,7 @@ static corral_status repack_with_image(const struct model *m, const char *dir,
     char fp_hex[IMAGE_FINGERPRINT_CHARS + 1], path[4096];
     corral_status st = repack_image_path(m, dir, plan, fp_hex, path, sizeof path, err);
     if (st != CORRAL_OK) return st;
-    st = make_dirs(dir, err);
+    st = paths_make_dir(dir, err); /* the cache folder and its missing parents, mode 0700 */
     if (st != CORRAL_OK) return st;
     pk->img = repack_open_image(path, fp_hex, plan);
     if (!pk->img) {

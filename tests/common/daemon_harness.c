@@ -56,7 +56,7 @@ int harness_start(harness_daemon *d, const char *config_body, const char *const 
     if (!config_body || !strstr(config_body, "listen:"))
         fprintf(fp, "listen: [\"%s\"]\n", d->endpoint);
     /* A private swap directory too: sessions swapped out at shutdown must not leak into other
-     * tests' daemons through the default /var/tmp/corral. */
+     * tests' daemons through the user's default folders. */
     if (!config_body || !strstr(config_body, "memory:"))
         fprintf(fp, "memory: {swap_dir: \"%s/swap\"}\n", d->dir);
     /* Likewise the cache of merged and rearranged weights. */

@@ -118,7 +118,7 @@ def running_corrald(body: str = "", extra_args: Sequence[str] = ()) -> Iterator[
             if own_listen and not names_own:
                 f.write(f'listen: ["{endpoint}"]\n')
             # A private swap directory: sessions swapped out at shutdown must not leak into other
-            # tests' daemons through the default /var/tmp/corral.
+            # tests' daemons through the user's default folders.
             if not any(line.startswith("memory:") for line in body.splitlines()):
                 f.write(f'memory: {{swap_dir: "{tmp}/swap"}}\n')
             # Likewise the cache of merged and rearranged weights (cache.dir).

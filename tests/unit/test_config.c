@@ -214,6 +214,62 @@ START_TEST(test_wrong_types) {
 }
 END_TEST
 
+/* Without memory.swap_dir and cache.dir a daemon keeps its state in its user's own folders; a
+ * file (a system-wide daemon's) names others. */
+START_TEST(test_per_user_dirs) {
+    setenv("XDG_STATE_HOME", "/srv/ann/state", 1);
+    setenv("XDG_CACHE_HOME", "/srv/ann/cache", 1);
+    corral_error err;
+    cfg *c = cfg_new_defaults(&err);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_str_eq(c->swap_dir, "/srv/ann/state/corral/swap");
+    ck_assert_str_eq(c->cache_dir, "/srv/ann/cache/corral");
+    cfg_destroy(&c);
+    unsetenv("XDG_STATE_HOME");
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", "/home/ann", 1);
+    const char *text = "log_level: warn\n";
+    c = cfg_load_string(text, strlen(text), "t.yaml", &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_str_eq(c->swap_dir, "/home/ann/.local/state/corral/swap");
+    ck_assert_str_eq(c->cache_dir, "/home/ann/.cache/corral");
+    cfg_destroy(&c);
+    text = "memory: {swap_dir: /var/lib/corral/swap}\ncache: {dir: /var/cache/corral}\n";
+    c = cfg_load_string(text, strlen(text), "t.yaml", &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_str_eq(c->swap_dir, "/var/lib/corral/swap");
+    ck_assert_str_eq(c->cache_dir, "/var/cache/corral");
+    cfg_destroy(&c);
+}
+END_TEST
+
+/* Paths relative to the file's folder are shown as plain paths: <dir>/models/m.gguf, not
+ * <dir>/config/../models/m.gguf. */
+START_TEST(test_relative_paths_without_detours) {
+    char sub[512], text[512];
+    snprintf(sub, sizeof sub, "%s/config", tmp_dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    snprintf(sub, sizeof sub, "%s/models", tmp_dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    write_file("models/m.gguf", "not checked here");
+    snprintf(text, sizeof text,
+             "memory: {swap_dir: ../state/./swap}\n"
+             "models:\n"
+             "  - name: m\n"
+             "    path: ../models//m.gguf\n");
+    const char *path = write_file("config/corral.yaml", text);
+    corral_error err;
+    cfg *c = cfg_load_file(path, &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    char want[512];
+    snprintf(want, sizeof want, "%s/models/m.gguf", tmp_dir);
+    ck_assert_str_eq(cfg_find_model(c, "m")->path, want);
+    snprintf(want, sizeof want, "%s/state/swap", tmp_dir);
+    ck_assert_str_eq(c->swap_dir, want);
+    cfg_destroy(&c);
+}
+END_TEST
+
 START_TEST(test_syntax_and_duplicates) {
     expect_error("log_level: [info\n", "YAML syntax error");
     expect_error("log_level: info\nlog_level: debug\n",
@@ -432,6 +488,8 @@ static Suite *config_suite(void) {
     TCase *core = tcase_create("core");
     tcase_add_checked_fixture(core, setup, teardown);
     tcase_add_test(core, test_defaults);
+    tcase_add_test(core, test_per_user_dirs);
+    tcase_add_test(core, test_relative_paths_without_detours);
     tcase_add_test(core, test_file_found_and_loaded);
     tcase_add_test(core, test_file_not_found);
     tcase_add_test(core, test_default_file_search);

@@ -222,6 +222,23 @@ START_TEST(test_open_cleans_the_directory) {
 }
 END_TEST
 
+/* A swap_dir whose parents are missing is made, parents and all, private to its user. */
+START_TEST(test_missing_parents_created) {
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s/state/corral/swap", dir);
+    swap_dir *d = swap_dir_open(sub, 1000, NULL);
+    ck_assert_ptr_nonnull(d);
+    ck_assert(swap_dir_writable(d));
+    struct stat st;
+    ck_assert_int_eq(stat(sub, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0700);
+    snprintf(sub, sizeof sub, "%s/state", dir);
+    ck_assert_int_eq(stat(sub, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0700);
+    swap_dir_destroy(&d);
+}
+END_TEST
+
 START_TEST(test_unwritable_directory) {
     char file[128], sub[160];
     snprintf(file, sizeof file, "%s/a-file", dir);
@@ -248,6 +265,7 @@ static Suite *swap_suite(void) {
     tcase_add_checked_fixture(core, setup, teardown);
     tcase_add_test(core, test_round_trip);
     tcase_add_test(core, test_open_cleans_the_directory);
+    tcase_add_test(core, test_missing_parents_created);
     suite_add_tcase(s, core);
     TCase *errors = tcase_create("errors");
     tcase_add_checked_fixture(errors, setup, teardown);
