@@ -51,6 +51,13 @@ int cli_parse_global_options(int argc, char **argv);
 /* Print "corral <cmd>: <message>" to stderr; returns 1 (for `return cli_fail(...)`). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The folder where the local tools (run-local, bench) keep the weights rearranged for the kernels,
+ * as corrald keeps them in its cache.dir: `given` (a --cache-dir value; may be NULL), else
+ * $CORRAL_CACHE_DIR, else the user's own cache folder ($XDG_CACHE_HOME/corral, else
+ * ~/.cache/corral; corral/paths.h). *out is buf holding it, or NULL for "none" (rearranged in
+ * memory at every load). Returns 0, or -1 after a message for `cmd` when it does not fit. */
+int cli_cache_dir(const char *cmd, const char *given, char *buf, size_t size, const char **out);
+
 /* Parse a whole decimal number in [min, max] from text into *out; 0 on success, -1 otherwise. */
 int cli_parse_long(const char *text, long min, long max, long *out);
 int cli_parse_double(const char *text, double min, double max, double *out);

@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +49,6 @@
 /* The bandwidth buffer is at least this many times the last-level cache, and at least 256 MiB. */
 #define BENCH_BW_LLC_FACTOR 8u
 #define BENCH_BW_MIN_BYTES  (256ull << 20)
-/* The default cache directory: corrald's default cache.dir, where its images live. */
-#define BENCH_CACHE_DIR     "/var/tmp/corral/cache"
 
 typedef struct bench_opts {
     const char *path;
@@ -495,7 +494,8 @@ static void bench_usage(FILE *out) {
             "      --bw-mib N    bandwidth buffer size (default: 8 x LLC, at least 256)\n"
             "      --kv f16|f32  KV cache type (default f16)\n"
             "      --cache-dir DIR  where the weights rearranged for the kernels are kept between\n"
-            "                    loads (default: $CORRAL_CACHE_DIR, else " BENCH_CACHE_DIR ";\n"
+            "                    loads (default: $CORRAL_CACHE_DIR, else the user's cache folder,\n"
+            "                    $XDG_CACHE_HOME/corral or ~/.cache/corral, as corrald's;\n"
             "                    'none': rearranged in memory at every load)\n"
             "\n"
             "environment: CORRAL_CPU=scalar|avx2|avx512 forces a kernel path (default: the best\n"
@@ -519,8 +519,7 @@ int cmd_bench(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .cold = 1, .kv = KV_TYPE_F16};
-    o.cache_dir = getenv("CORRAL_CACHE_DIR");
-    if (!o.cache_dir || !*o.cache_dir) o.cache_dir = BENCH_CACHE_DIR;
+    const char *cache_opt = NULL;
     long v;
     optind = 1;
     int c;
@@ -573,7 +572,7 @@ int cmd_bench(int argc, char **argv) {
                     return cli_fail("bench", "--kv: '%s' is not f16 or f32", optarg), 2;
                 break;
             case OPT_CACHE:
-                o.cache_dir = optarg;
+                cache_opt = optarg;
                 break;
             case OPT_HELP:
                 bench_usage(stdout);
@@ -588,7 +587,8 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     o.path = argv[optind];
-    if (strcmp(o.cache_dir, "none") == 0) o.cache_dir = NULL;
+    char cache_buf[PATH_MAX];
+    if (cli_cache_dir("bench", cache_opt, cache_buf, sizeof cache_buf, &o.cache_dir) != 0) return 2;
     if (o.n_prompt == 0 && o.n_gen == 0) return cli_fail("bench", "-p and -n are both 0"), 2;
 
     bench_result res = {0};

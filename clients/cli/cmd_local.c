@@ -4,6 +4,7 @@
  * `corral imatrix`. They use the same engine code as corrald.
  */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,10 @@ static void run_local_usage(FILE *out) {
             "      --ids               also print the prompt and generated token ids (stderr)\n"
             "      --kv f16|f32        KV cache type (default f16)\n"
             "      --reference         exact F32 reference arithmetic (slow; for checking)\n"
+            "      --cache-dir DIR     where weights rearranged for the kernels are kept\n"
+            "                          between runs (default: $CORRAL_CACHE_DIR, else the\n"
+            "                          user's $XDG_CACHE_HOME/corral, as corrald's; 'none':\n"
+            "                          rearranged in memory at every run)\n"
             "  -t, --threads N         threads for the forward pass (default: the number of\n"
             "                          physical cores; the output does not depend on it)\n");
 }
@@ -138,6 +143,7 @@ int cmd_run_local(int argc, char **argv) {
         OPT_REGEX,
         OPT_JSON_SCHEMA,
         OPT_PROMPT_IDS,
+        OPT_CACHE,
         OPT_HELP
     };
     static const struct option options[] = {
@@ -162,12 +168,14 @@ int cmd_run_local(int argc, char **argv) {
         {"regex", required_argument, NULL, OPT_REGEX},
         {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
         {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
+        {"cache-dir", required_argument, NULL, OPT_CACHE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *prompt = NULL, *system = NULL, *template_name = NULL, *regex = NULL;
     const char *schema_path = NULL;
     const char *prompt_ids = NULL;
+    const char *cache_opt = NULL;
     const char *stops[16];
     size_t n_stops = 0;
     long max_tokens = 128, n_ctx = 0, n_threads = 0;
@@ -270,6 +278,9 @@ int cmd_run_local(int argc, char **argv) {
             case OPT_PROMPT_IDS:
                 prompt_ids = optarg;
                 break;
+            case OPT_CACHE:
+                cache_opt = optarg;
+                break;
             case OPT_HELP:
                 run_local_usage(stdout);
                 return 0;
@@ -288,6 +299,9 @@ int cmd_run_local(int argc, char **argv) {
         return cli_fail("run-local", "--regex and --json-schema cannot be used together"), 2;
     if (prompt_ids && chat) return cli_fail("run-local", "--prompt-ids is not a chat message"), 2;
     const char *path = argv[optind];
+    char cache_buf[PATH_MAX];
+    if (cli_cache_dir("run-local", cache_opt, cache_buf, sizeof cache_buf, &mp.cache_dir) != 0)
+        return 2;
     if (!seed_given) gp.sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     gp.max_tokens = (uint32_t)max_tokens;
     gp.stop = stops;

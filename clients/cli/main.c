@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "corral/log.h"
+#include "corral/paths.h"
 #include "corral/version.h"
 
 typedef struct cli_command {
@@ -63,6 +64,22 @@ int cli_fail(const char *cmd, const char *fmt, ...) {
     return 1;
 }
 
+int cli_cache_dir(const char *cmd, const char *given, char *buf, size_t size, const char **out) {
+    *out = NULL;
+    if (!given || !*given) given = getenv("CORRAL_CACHE_DIR");
+    if (given && *given) {
+        if (strcmp(given, "none") == 0) return 0;
+        if ((size_t)snprintf(buf, size, "%s", given) >= size)
+            return cli_fail(cmd, "cache directory '%s': path too long", given), -1;
+    } else {
+        corral_error err;
+        if (paths_user_cache_dir(buf, size, &err) != CORRAL_OK)
+            return cli_fail(cmd, "%s", err.message), -1;
+    }
+    *out = buf;
+    return 0;
+}
+
 int cli_parse_long(const char *text, long min, long max, long *out) {
     if (!text || !*text) return -1;
     char *end;
@@ -101,8 +118,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < sizeof cli_commands / sizeof cli_commands[0]; i++)
-        if (strcmp(argv[1], cli_commands[i].name) == 0)
+        if (strcmp(argv[1], cli_commands[i].name) == 0) {
+            /* getopt prefixes its messages with argv[0]: "corral run: unrecognized option", as
+             * every other message of the command (cli_fail). */
+            char name[64];
+            snprintf(name, sizeof name, "corral %s", cli_commands[i].name);
+            argv[1] = name;
             return cli_commands[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "corral: unknown command '%s'\n\n", argv[1]);
     print_usage(stderr);
     return 2;
