@@ -252,7 +252,7 @@ void sched_fail_waiting(struct core *k, sched_model *sm, const corral_error *err
 static sched_model *resolve_model(struct core *k, job *j, const char *name) {
     sched_model *sm = name[0] ? residency_find(k, name) : NULL;
     if (!sm || sm->removed) {
-        job_emit_error(j, CORRAL_NOT_FOUND, "model '%s' is not configured", name);
+        status_model_not_found(k, j, name);
         return NULL;
     }
     return apps_allow_model(k, j, sm) ? sm : NULL;

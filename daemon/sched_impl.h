@@ -414,5 +414,8 @@ void apps_free_all(struct core *k);
 /* status.c */
 void status_answer(struct core *k, job *j);
 void status_answer_list(struct core *k, job *j);
+/* Answer j with NOT_FOUND for the model `name`, listing the configured models j's app may use
+ * ("model 'x' is not configured; configured: a, b"), so that a typo shows what was meant. */
+void status_model_not_found(struct core *k, job *j, const char *name);
 
 #endif /* CORRAL_DAEMON_SCHED_IMPL_H */

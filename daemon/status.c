@@ -84,10 +84,29 @@ static core_reply *snapshot(struct core *k, const job *j, core_kind kind, const 
     return r;
 }
 
+void status_model_not_found(struct core *k, job *j, const char *name) {
+    char names[512];
+    size_t len = 0, n = 0, more = 0;
+    names[0] = '\0';
+    for (sched_model *sm = k->models; sm; sm = sm->next) {
+        if (!listed(k, j, sm, "")) continue;
+        const size_t need = strlen(sm->name) + (n ? 2 : 0);
+        if (more || len + need + 1 > sizeof names - 16) {
+            more++;
+            continue;
+        }
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", n ? ", " : "", sm->name);
+        n++;
+    }
+    if (more) snprintf(names + len, sizeof names - len, " and %zu more", more);
+    job_emit_error(j, CORRAL_NOT_FOUND, "model '%s' is not configured; %s%s", name,
+                   n ? "configured: " : "no models are configured", names);
+}
+
 void status_answer(struct core *k, job *j) {
     const char *want = j->req.target.model;
     if (want[0] && (!residency_find(k, want) || residency_find(k, want)->removed)) {
-        job_emit_error(j, CORRAL_NOT_FOUND, "model '%s' is not configured", want);
+        status_model_not_found(k, j, want);
         return;
     }
     if (want[0] && !apps_allow_model(k, j, residency_find(k, want))) return;

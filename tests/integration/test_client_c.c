@@ -1673,6 +1673,12 @@ START_TEST(test_cli_run_ps_models_status) {
     const char *bad[] = {"run", "nosuch", "x", NULL};
     ck_assert_int_eq(run_cli(&d, NULL, bad), 1);
     ck_assert_msg(strncmp(cli_err, "corral run: NOT_FOUND: ", 23) == 0, "%s", cli_err);
+    /* NOT_FOUND names the models there are, so that a typo shows what was meant. */
+    ck_assert_msg(strstr(cli_err, "configured: stories, stories-q4, synth") != NULL, "%s", cli_err);
+    /* getopt's messages carry the same prefix as the command's own. */
+    const char *badopt[] = {"run", "stories", "x", "--no-such-option", NULL};
+    ck_assert_int_eq(run_cli(&d, NULL, badopt), 2);
+    ck_assert_msg(strncmp(cli_err, "corral run: unrecognized option", 31) == 0, "%s", cli_err);
     const char *badtemp[] = {"run", "stories", "x", "--temp", "-1", NULL};
     ck_assert_int_eq(run_cli(&d, NULL, badtemp), 1);
     ck_assert_msg(strncmp(cli_err, "corral run: INVALID_ARGUMENT: ", 30) == 0, "%s", cli_err);
