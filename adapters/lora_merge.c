@@ -34,6 +34,8 @@
 #include "corral/tensor.h"
 #include "lora_impl.h"
 
+#include <xxhash.h>
+
 /* The merge algorithm's version, part of every fingerprint: change it whenever a change of this
  * file (or of the quantizers it calls) changes the bytes of a merged model, so that old cached
  * images become stale instead of being used. */
@@ -541,7 +543,9 @@ static corral_status synth_fill(void *user, const char *name, void *dst, uint64_
                                 corral_error *err) {
     (void)err;
     const synth_fill_ctx *c = user;
-    uint64_t state = image_hash64(name, strlen(name), c->seed);
+    /* XXH64, not image_hash64 (XXH3 since image version 2): the draws, and so every synthetic
+     * adapter made before, stay as they were. */
+    uint64_t state = XXH64(name, strlen(name), c->seed);
     float half = 1.7320508f * c->std;
     uint64_t n = size / (c->type == TENSOR_TYPE_F16 ? 2 : 4);
     for (uint64_t i = 0; i < n; i++) {

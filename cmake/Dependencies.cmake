@@ -41,6 +41,8 @@ corral_require_module(PROTOBUF_C libprotobuf-c libprotobuf-c-dev)
 corral_require_module(YAML yaml-0.1 libyaml-dev)
 corral_require_module(JEMALLOC jemalloc libjemalloc-dev)
 corral_require_module(CHECK check check)
+# XXH3, the checksums and fingerprints of corral images (engine/src/image.c).
+corral_require_module(XXHASH libxxhash libxxhash-dev)
 # The HTTP front end of corrald (daemon/front_http*.c).
 corral_require_module(MHD libmicrohttpd libmicrohttpd-dev)
 # JSON: the HTTP front end's bodies, schemas for structured output (policies/), PEFT configs and

@@ -21,90 +21,22 @@
 
 #include "corral/tensor.h"
 
-/* ---- XXH64 -------------------------------------------------------------------------------------
- *
- * The algorithm, from the xxHash specification: with the five 64-bit primes below,
- *   round(acc, x)   = rotl(acc + x * P2, 31) * P1
- *   merge(h, v)     = (h ^ round(0, v)) * P1 + P4
- * Inputs of 32 bytes or more run four lanes seeded seed+P1+P2, seed+P2, seed, seed-P1 over
- * 32-byte stripes (lane i takes the i-th 8 bytes), then h = rotl(v1,1) + rotl(v2,7) + rotl(v3,12)
- * + rotl(v4,18) merged with each lane; shorter inputs start from h = seed + P5. Then h += length,
- * the tail is folded in 8, 4 and 1 bytes at a time, and a final avalanche mixes the bits.
- */
-#define XXH_P1 0x9E3779B185EBCA87ull
-#define XXH_P2 0xC2B2AE3D27D4EB4Full
-#define XXH_P3 0x165667B19E3779F9ull
-#define XXH_P4 0x85EBCA77C2B2AE63ull
-#define XXH_P5 0x27D4EB2F165667C5ull
+#include <xxhash.h>
 
-static inline uint64_t rotl64(uint64_t x, unsigned r) {
-    return (x << r) | (x >> (64 - r));
+/* ---- the hash ----------------------------------------------------------------------------------
+ *
+ * XXH3 (64-bit) from Debian's libxxhash: the maintained reference implementation, with the SIMD
+ * paths its authors tune, rather than a copy of the algorithm kept here (image.h says why XXH3).
+ */
+uint64_t image_hash64(const void *data, size_t n, uint64_t seed) {
+    return XXH3_64bits_withSeed(data, n, seed);
 }
 
+/* A little-endian uint64 at p (any alignment): the stored checksums. */
 static inline uint64_t read_le64(const uint8_t *p) {
     uint64_t v = 0;
     for (unsigned i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
     return v;
-}
-
-static inline uint32_t read_le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t xxh_round(uint64_t acc, uint64_t input) {
-    acc += input * XXH_P2;
-    return rotl64(acc, 31) * XXH_P1;
-}
-
-static inline uint64_t xxh_merge(uint64_t h, uint64_t v) {
-    h ^= xxh_round(0, v);
-    return h * XXH_P1 + XXH_P4;
-}
-
-uint64_t image_hash64(const void *data, size_t n, uint64_t seed) {
-    const uint8_t *p = data;
-    const uint8_t *end = p + n;
-    uint64_t h;
-    if (n >= 32) {
-        uint64_t v1 = seed + XXH_P1 + XXH_P2, v2 = seed + XXH_P2, v3 = seed, v4 = seed - XXH_P1;
-        const uint8_t *limit = end - 32;
-        do {
-            v1 = xxh_round(v1, read_le64(p));
-            v2 = xxh_round(v2, read_le64(p + 8));
-            v3 = xxh_round(v3, read_le64(p + 16));
-            v4 = xxh_round(v4, read_le64(p + 24));
-            p += 32;
-        } while (p <= limit);
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = xxh_merge(h, v1);
-        h = xxh_merge(h, v2);
-        h = xxh_merge(h, v3);
-        h = xxh_merge(h, v4);
-    } else {
-        h = seed + XXH_P5;
-    }
-    h += (uint64_t)n;
-    while (end - p >= 8) {
-        h ^= xxh_round(0, read_le64(p));
-        h = rotl64(h, 27) * XXH_P1 + XXH_P4;
-        p += 8;
-    }
-    if (end - p >= 4) {
-        h ^= (uint64_t)read_le32(p) * XXH_P1;
-        h = rotl64(h, 23) * XXH_P2 + XXH_P3;
-        p += 4;
-    }
-    while (p < end) {
-        h ^= (uint64_t)(*p) * XXH_P5;
-        h = rotl64(h, 11) * XXH_P1;
-        p++;
-    }
-    h ^= h >> 33;
-    h *= XXH_P2;
-    h ^= h >> 29;
-    h *= XXH_P3;
-    h ^= h >> 32;
-    return h;
 }
 
 /* ---- fingerprints ---------------------------------------------------------------------------- */

@@ -17,13 +17,14 @@
  *                                 tensor's `size` bytes, padding excluded). A mismatch means the
  *                                 bytes on disk are not the bytes that were written: corrupt.
  *
- * The hash. image_hash64 is XXH64 (Yann Collet's xxHash, 64-bit variant), written here from its
- * published specification: 32-byte stripes in four 64-bit lanes, multiply-rotate-multiply rounds,
- * a final avalanche. It runs at several GB/s on one core, far faster than the disk, and catches
- * every corruption that matters here (torn writes, flipped bits, truncation, stray edits) with
+ * The hash. image_hash64 is XXH3, 64-bit (Yann Collet's xxHash, 0.8), from Debian's libxxhash:
+ * SIMD stripes of 64 bytes, tens of GB/s on one core, far faster than the disk, and every
+ * corruption that matters here (torn writes, flipped bits, truncation, stray edits) caught with
  * probability 1 - 2^-64; it is not a cryptographic hash and does not defend against an attacker
- * who can write the cache directory (who could as well write the model). test_image.c checks it
- * against vectors from the reference library.
+ * who can write the cache directory (who could as well write the model). Version 1 images used
+ * XXH64, about half as fast on large tensors (docs/performance.md has the cached-variant check
+ * before and after); a version 1 image is "wrong version", so it is made again from its inputs,
+ * as any stale image is. test_image.c checks the hash against XXH3's published vectors.
  *
  * Writing. image_writer wraps gguf_builder: metadata and tensors are added as with the builder,
  * tensors either from memory or produced by a fill callback at write time (so an image of any size
@@ -37,7 +38,7 @@
  * tagged, so "ab"+"c" and "a"+"bc" differ). For a file the item is its identity, not its whole
  * contents (hashing a 4 GB base model on every load would cost seconds): the absolute path
  * (realpath), the size, the modification and change times in nanoseconds, the inode number, and
- * XXH64 of its first and last 64 KiB. Rewriting, replacing (even by a file of the same size and
+ * the hash of its first and last 64 KiB. Rewriting, replacing (even by a file of the same size and
  * edges with its modification time set back: another inode, a new change time), truncating or
  * touching an input therefore changes the fingerprint; parameters (adapter scales, ...) are
  * added as items of their own. The change time cannot be set back by a user; it also moves when a
@@ -63,7 +64,7 @@
 #include "corral/gguf.h"
 #include "corral/status.h"
 
-#define IMAGE_VERSION           1u
+#define IMAGE_VERSION           2u
 #define IMAGE_KEY_VERSION       "corral.image.version"
 #define IMAGE_KEY_KIND          "corral.image.kind"
 #define IMAGE_KEY_FINGERPRINT   "corral.image.fingerprint"
@@ -73,7 +74,7 @@
 /* Bytes hashed at each end of a file by image_fingerprint_add_file. */
 #define IMAGE_FILE_EDGE_BYTES   (64u * 1024u)
 
-/* XXH64 of n bytes at data with the given seed. Pure function: thread-safe. */
+/* XXH3-64 of n bytes at data with the given seed. Pure function: thread-safe. */
 uint64_t image_hash64(const void *data, size_t n, uint64_t seed);
 
 /* ---- fingerprints ---------------------------------------------------------------------------- */
