@@ -1,8 +1,11 @@
 # corral — the two commands of the README, and a few conveniences.
 #
-#   make run     install missing Debian packages, build, run corrald with config/corral.yaml
+#   make run     install missing Debian packages, build corrald and the corral command, run corrald
+#                with config/corral.yaml in the foreground (Ctrl-C stops it; exit status 0)
 #   make test    install missing Debian packages, build, run every test (Release build, then the
 #                ASan+UBSan build)
+#   make install install the Release build: `cmake --install build`, under PREFIX when given
+#                (make install PREFIX=~/.local); DESTDIR is honoured
 #   make fuzz    build the libFuzzer targets (clang) and run each for FUZZ_SECONDS (default 60);
 #                fails if any finds a crash, hang, leak or out-of-memory input (scripts/fuzz)
 #   make test-arm64  cross-build the engine suites, corrald and the CLI for aarch64 and run them
@@ -10,8 +13,8 @@
 #                the cross tools first with scripts/bootstrap --arm64)
 #
 # The CMake build trees are build/ (Release), build-asan/ (sanitizers), build-fuzz/ (clang,
-# libFuzzer, ASan+UBSan) and build-arm64/ (aarch64 cross build, Release). Each is configured once and then only rebuilt incrementally, so a second
-# `make test` compiles nothing.
+# libFuzzer, ASan+UBSan) and build-arm64/ (aarch64 cross build, Release). Each is configured once
+# and then only rebuilt incrementally, so a second `make test` compiles nothing.
 
 MAKEFLAGS  += --no-print-directory
 
@@ -24,8 +27,8 @@ JOBS       ?= $(shell nproc)
 PYTHON     := /usr/bin/python3
 CONFIG     ?= config/corral.yaml
 
-.PHONY: all bootstrap build build-asan build-fuzz run test test-release test-asan test-arm64 fuzz \
-        clean
+.PHONY: all bootstrap build build-asan build-fuzz run install test test-release test-asan test-arm64 \
+        fuzz clean
 
 all: build
 
@@ -50,8 +53,14 @@ build-asan: bootstrap $(ASAN_BUILD)/CMakeCache.txt
 build-fuzz: bootstrap $(FUZZ_BUILD)/CMakeCache.txt
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target corral_fuzzers
 
-run: build
-	exec $(BUILD)/daemon/corrald -c $(CONFIG)
+# Only what it runs is built. scripts/run-corrald gives corrald the terminal's Ctrl-C (make would
+# otherwise die of the SIGINT, exit 130) and prints what to try once corrald answers.
+run: bootstrap $(BUILD)/CMakeCache.txt
+	@cmake --build $(BUILD) -j $(JOBS) --target corrald corral
+	@$(PYTHON) scripts/run-corrald $(BUILD)/daemon/corrald $(BUILD)/clients/cli/corral $(CONFIG)
+
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
 test: test-release test-asan
 

@@ -1589,6 +1589,19 @@ int cfg_find_default_file(char *buf, size_t size) {
         snprintf(candidate, sizeof candidate, "%s/.config/corral/corral.yaml", home);
         if (file_exists(candidate)) return snprintf(buf, size, "%s", candidate), 1;
     }
+    /* Installed under a prefix (cmake --install --prefix P): P/etc/corral beside P/bin/corrald. */
+    char exe[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        corral_error why;
+        if (paths_join(exe, "../etc/corral/corral.yaml", candidate, sizeof candidate, &why) ==
+                CORRAL_OK &&
+            file_exists(candidate))
+            return snprintf(buf, size, "%s", candidate), 1;
+    }
     if (file_exists("/etc/corral/corral.yaml")) {
         snprintf(buf, size, "%s", "/etc/corral/corral.yaml");
         return 1;

@@ -193,7 +193,8 @@ const cfg_sanitizer *cfg_find_sanitizer(const cfg *c, const char *name);
 bool cfg_app_allows_model(const cfg_app *app, const char *model);
 
 /* Which file corrald reads when no -c is given: $CORRAL_CONFIG if set, else the first that exists
- * of $XDG_CONFIG_HOME/corral/corral.yaml (~/.config when unset) and /etc/corral/corral.yaml.
+ * of $XDG_CONFIG_HOME/corral/corral.yaml (~/.config when unset), ../etc/corral/corral.yaml beside
+ * the corrald executable's folder (an installed prefix's own) and /etc/corral/corral.yaml.
  * Returns 1 and writes the path into buf, or 0 when none exists (run on defaults). */
 int cfg_find_default_file(char *buf, size_t size);
 

@@ -38,7 +38,9 @@ static void print_usage(FILE *out) {
             "options:\n"
             "  -c, --config FILE      read configuration from FILE. Without it: $CORRAL_CONFIG,\n"
             "                         else $XDG_CONFIG_HOME/corral/corral.yaml (~/.config/...),\n"
-            "                         else /etc/corral/corral.yaml, else built-in defaults\n"
+            "                         else PREFIX/etc/corral/corral.yaml (the prefix this\n"
+            "                         corrald is installed in), else /etc/corral/corral.yaml,\n"
+            "                         else built-in defaults\n"
             "  -l, --listen ENDPOINT  bind ENDPOINT instead of the config's `listen` list;\n"
             "                         repeat for several (ipc://PATH or tcp://127.0.0.1:PORT)\n"
             "                         (the OpenAI/Ollama HTTP API listens on the config's\n"
@@ -51,7 +53,10 @@ static void print_usage(FILE *out) {
             "  -h, --help             print this help, exit\n"
             "\n"
             "environment: CORRAL_CONFIG (config file), CORRAL_LOG_LEVEL (log level),\n"
-            "             XDG_RUNTIME_DIR (where the default ipc socket lives)\n");
+            "             XDG_RUNTIME_DIR (where the default ipc socket lives),\n"
+            "             XDG_STATE_HOME, XDG_CACHE_HOME (the default memory.swap_dir,\n"
+            "             $XDG_STATE_HOME/corral/swap, and cache.dir, $XDG_CACHE_HOME/corral;\n"
+            "             else ~/.local/state and ~/.cache)\n");
 }
 
 static void print_version(void) {

@@ -24,6 +24,8 @@ int cmd_keygen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_imatrix(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+/* corrald as a systemd user service (cmd_service.c). */
+int cmd_service(int argc, char **argv);
 
 /* Commands that talk to corrald (cmd_daemon.c). */
 int cmd_ps(int argc, char **argv);

@@ -38,6 +38,8 @@ static const cli_command cli_commands[] = {
     {"unload", cmd_unload, "release a model's memory in the daemon"},
     {"pin", cmd_pin, "keep a model in the daemon's memory"},
     {"unpin", cmd_unpin, "let the daemon unload or swap out a model again"},
+    {"service", cmd_service,
+     "run corrald as a systemd user service (install, start, stop, status)"},
 };
 
 static void print_usage(FILE *out) {
