@@ -86,10 +86,13 @@ static core_reply *snapshot(struct core *k, const job *j, core_kind kind, const 
 
 void status_model_not_found(struct core *k, job *j, const char *name) {
     char names[512];
-    size_t len = 0, n = 0, more = 0;
+    size_t len = 0, n = 0, more = 0, hidden = 0;
     names[0] = '\0';
     for (sched_model *sm = k->models; sm; sm = sm->next) {
-        if (!listed(k, j, sm, "")) continue;
+        if (!listed(k, j, sm, "")) {
+            hidden += !sm->removed;
+            continue;
+        }
         const size_t need = strlen(sm->name) + (n ? 2 : 0);
         if (more || len + need + 1 > sizeof names - 16) {
             more++;
@@ -100,7 +103,10 @@ void status_model_not_found(struct core *k, job *j, const char *name) {
     }
     if (more) snprintf(names + len, sizeof names - len, " and %zu more", more);
     job_emit_error(j, CORRAL_NOT_FOUND, "model '%s' is not configured; %s%s", name,
-                   n ? "configured: " : "no models are configured", names);
+                   n        ? "configured: "
+                   : hidden ? "this app may use none of the configured models"
+                            : "no models are configured",
+                   names);
 }
 
 void status_answer(struct core *k, job *j) {
