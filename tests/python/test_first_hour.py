@@ -224,4 +224,4 @@ def test_readme_python_example_is_what_the_install_test_runs():
     c = readme.split("```c\n", 1)[1].split("```", 1)[0]
     assert "#include <corral.h>" in c and "int main(void)" in c
     py = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    assert py.startswith("from corral import Client")
+    assert "from corral import Client" in py and "with Client() as c:" in py
