@@ -64,6 +64,12 @@ def run_on_terminal(argv: list[str], cwd: str, until: bytes, then: bytes,
                 os.write(fd, then)
                 typed = True
         else:
+            # A hang: end the terminal's foreground group too (corrald, in a group of its own,
+            # would outlive make: the SIGHUP of the terminal's end only reloads its config).
+            try:
+                os.killpg(os.tcgetpgrp(fd), signal.SIGKILL)
+            except OSError:
+                pass
             os.kill(pid, signal.SIGKILL)
     finally:
         _, status = os.waitpid(pid, 0)
@@ -105,20 +111,27 @@ def test_make_run_builds_only_what_it_runs():
 # ---- per-user folders -------------------------------------------------------------------------
 
 
-def test_run_local_keeps_rearranged_weights_in_the_users_cache(tmp_path):
+# The local tools' arguments for a short run of the q4_0 model (which has weights to rearrange).
+LOCAL_TOOLS = {
+    "run-local": ["-p", "Once upon a time", "-n", "4", "--temp", "0"],
+    "bench": ["-p", "8", "-n", "4", "-r", "1", "-t", "1", "--bw-mib", "16", "--no-cold"],
+}
+
+
+@pytest.mark.parametrize("tool", sorted(LOCAL_TOOLS))
+def test_local_tools_keep_rearranged_weights_in_the_users_cache(tool, tmp_path):
+    model = shared_path("models/stories260K-q4_0.gguf")
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_CACHE_DIR"}
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg-cache")
-    out = subprocess.run([CORRAL, "run-local", shared_path("models/stories260K-q4_0.gguf"),
-                          "-p", "Once upon a time", "-n", "4", "--temp", "0"],
+    out = subprocess.run([CORRAL, tool, model] + LOCAL_TOOLS[tool],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    folder = tmp_path / "xdg-cache" / "corral"
+    folder = tmp_path / "xdg-cache" / "corral"  # corrald's default cache.dir, the same folder
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert [p.name for p in folder.glob("repack-stories260K-q4_0-*.gguf")], list(folder.iterdir())
     # 'none' keeps them in memory: nothing new is written.
     env["XDG_CACHE_HOME"] = str(tmp_path / "other")
-    out = subprocess.run([CORRAL, "run-local", shared_path("models/stories260K-q4_0.gguf"),
-                          "-p", "Once", "-n", "2", "--cache-dir", "none"],
+    out = subprocess.run([CORRAL, tool, model, "--cache-dir", "none"] + LOCAL_TOOLS[tool],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert not (tmp_path / "other").exists()
@@ -184,6 +197,31 @@ def test_links_point_inside_the_repository(doc):
         path = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), target))
         assert path.startswith(ROOT + os.sep), f"{doc}: {target} leaves the repository"
         assert os.path.exists(path), f"{doc}: {target} does not exist"
+
+
+def sections(text: str) -> dict[str, str]:
+    """The README's `## ` sections by title, each with its body (up to the next `## `)."""
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return {title.strip(): body for title, body in zip(parts[1::2], parts[2::2])}
+
+
+def test_readme_is_a_user_document():
+    readme = read("README.md")
+    found = sections(readme)
+    # What a user looks for, in the order they need it; the internals live in docs/.
+    want = ["Install", "The two commands", "Quick start", "The corral command", "Running corrald",
+            "Protocol", "Client libraries", "Performance", "License"]
+    assert [t for t in found if t in want] == want, list(found)
+    assert "### Configuration" in found["Running corrald"]
+    assert "model supervisor" in readme.split("\n## ", 1)[0]  # what corral is, first
+    assert "Engine" not in found
+    for doc in ("docs/engine.md", "docs/memory.md", "docs/performance.md"):
+        assert f"({doc})" in readme and os.path.exists(os.path.join(ROOT, doc)), doc
+    # One current performance table with the commands that make it; no run-by-run history.
+    perf = found["Performance"]
+    assert len(re.findall(r"^\|[-|]+\|$", perf, flags=re.M)) == 1, perf
+    assert "`tests/bench/run-all`" in perf and "corral bench" in perf
+    assert not re.search(r"\bsteal\b|hypervisor|\b20\d\d-\d\d-\d\d\b|\b[0-9a-f]{7,40}\b", perf)
 
 
 def test_readme_states_the_license_and_the_style_guide_is_here():
