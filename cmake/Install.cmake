@@ -43,9 +43,6 @@ endforeach()
 add_custom_target(corral_man ALL DEPENDS ${CORRAL_MAN_PAGES})
 install(FILES ${CORRAL_MAN_PAGES} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 
-install(FILES ${PROJECT_SOURCE_DIR}/config/installed.yaml
-        DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/corral RENAME corral.yaml)
-
 set(CORRAL_DOC_DIR ${CMAKE_INSTALL_DATADIR}/doc/corral)
 install(FILES README.md SECURITY.md LICENSE config/corral.yaml DESTINATION ${CORRAL_DOC_DIR})
 install(DIRECTORY docs/ DESTINATION ${CORRAL_DOC_DIR}/docs FILES_MATCHING PATTERN "*.md")
@@ -53,14 +50,22 @@ install(FILES clients/c/examples/generate.c DESTINATION ${CORRAL_DOC_DIR}/exampl
 install(DIRECTORY clients/python/examples/ DESTINATION ${CORRAL_DOC_DIR}/examples/python
         FILES_MATCHING PATTERN "*.py")
 
-# At install time, with the prefix actually used: the unit names that prefix's corrald, and the
-# Python package goes to that prefix's site folder.
+# At install time, with the prefix actually used: the configuration goes to that prefix's etc/
+# (/etc for the prefix /usr, as GNUInstallDirs says; a relative SYSCONFDIR would give /usr/etc),
+# the unit names that prefix's corrald, and the Python package goes to that prefix's site folder.
 set(CORRAL_INSTALL_PYTHONDIR "" CACHE STRING
     "Python package folder relative to the prefix (default: Debian's for the prefix)")
 execute_process(COMMAND ${CORRAL_PYTHON3} -c
                         "import sys; print('%d.%d' % sys.version_info[:2])"
                 OUTPUT_VARIABLE CORRAL_PYTHON_VERSION OUTPUT_STRIP_TRAILING_WHITESPACE)
 install(CODE "
+    set(etcdir \"\${CMAKE_INSTALL_PREFIX}/etc\")
+    if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
+        set(etcdir \"/etc\")
+    endif()
+    file(INSTALL \"${PROJECT_SOURCE_DIR}/config/installed.yaml\"
+         DESTINATION \"\${etcdir}/corral\" RENAME corral.yaml)
+
     set(bindir \"${CMAKE_INSTALL_BINDIR}\")
     if(NOT IS_ABSOLUTE \"\${bindir}\")
         set(bindir \"\${CMAKE_INSTALL_PREFIX}/\${bindir}\")
