@@ -22,7 +22,7 @@
  * corruption that matters here (torn writes, flipped bits, truncation, stray edits) caught with
  * probability 1 - 2^-64; it is not a cryptographic hash and does not defend against an attacker
  * who can write the cache directory (who could as well write the model). Version 1 images used
- * XXH64, which took about 1.6x as long to check a cached variant (docs/performance.md); a version
+ * XXH64, which took 1.6-2x as long to check a cached variant (docs/performance.md); a version
  * 1 image is "wrong version", so it is made again from its inputs, as any stale image is.
  * test_image.c checks the hash against XXH3's published vectors.
  *
