@@ -151,7 +151,8 @@ def test_corrald_defaults_to_the_users_folders(tmp_path):
 # ---- small things ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["run", "bench", "run-local", "chat", "synth"])
+@pytest.mark.parametrize("command", ["run", "chat", "ps", "bench", "run-local", "synth", "merge",
+                                     "quantize", "logits", "keygen"])
 def test_option_errors_carry_the_commands_prefix(command):
     out = subprocess.run([CORRAL, command, "--no-such-option"], capture_output=True, text=True,
                          timeout=60)
