@@ -292,6 +292,12 @@ corral_status lora_fingerprint(const char *base_path, const lora_source *src, ui
 /* ---- merged-model images ----------------------------------------------------------------------
  */
 
+/* How far a merge got: tensors merged of those targeted, for the caller's callback. */
+typedef struct merge_count {
+    const corral_progress *progress; /* may be NULL */
+    uint64_t done, total;
+} merge_count;
+
 typedef struct merge_fill_ctx {
     const gguf_file *base;
     uint64_t index;
@@ -299,6 +305,7 @@ typedef struct merge_fill_ctx {
     uint32_t n;
     threadpool *pool;
     const atomic_int *cancel; /* nonzero: stop before the next tensor */
+    merge_count *count;
 } merge_fill_ctx;
 
 static corral_status merge_fill(void *user, const char *name, void *dst, uint64_t size,
@@ -307,7 +314,11 @@ static corral_status merge_fill(void *user, const char *name, void *dst, uint64_
     const merge_fill_ctx *c = user;
     if (c->cancel && atomic_load(c->cancel))
         return corral_error_set(err, CORRAL_CANCELLED, "the merge was cancelled");
-    return lora_merge_tensor(c->base, c->index, c->list, c->n, c->pool, dst, size, err);
+    const corral_status st =
+        lora_merge_tensor(c->base, c->index, c->list, c->n, c->pool, dst, size, err);
+    if (st == CORRAL_OK)
+        corral_progress_report(c->count->progress, ++c->count->done, c->count->total);
+    return st;
 }
 
 static bool key_has_prefix(gguf_str key, const char *prefix) {
@@ -319,9 +330,10 @@ static bool key_has_prefix(gguf_str key, const char *prefix) {
 static corral_status write_merged(const gguf_file *base, const char *base_path,
                                   const lora_source *src, const lora_apply *list, uint32_t n,
                                   const char *fingerprint, const char *out_path, threadpool *pool,
-                                  const atomic_int *cancel, lora_merge_report *rep,
-                                  corral_error *err) {
+                                  const atomic_int *cancel, const corral_progress *progress,
+                                  lora_merge_report *rep, corral_error *err) {
     uint64_t n_tensors = gguf_tensor_count(base);
+    merge_count count = {.progress = progress};
     merge_fill_ctx *ctx = calloc(n_tensors ? n_tensors : 1, sizeof *ctx);
     char **adapter_strs = calloc(n, sizeof *adapter_strs);
     image_writer *w =
@@ -378,7 +390,8 @@ static corral_status write_merged(const gguf_file *base, const char *base_path,
             targeted = lora_adapter_find_target(list[k].adapter, name) >= 0;
         }
         if (targeted) {
-            ctx[i] = (merge_fill_ctx){base, i, list, n, pool, cancel};
+            ctx[i] = (merge_fill_ctx){base, i, list, n, pool, cancel, &count};
+            count.total++;
             st = image_writer_add_tensor_fill(w, name, t->type, t->n_dims, t->ne, merge_fill,
                                               &ctx[i], err);
             merged++;
@@ -405,8 +418,8 @@ static corral_status write_merged(const gguf_file *base, const char *base_path,
 /* Opens the base and the adapters (every check), then writes the merged image. */
 static corral_status merge_to_image(const char *base_path, const lora_source *src, uint32_t n,
                                     const char *fingerprint, const char *out_path, threadpool *pool,
-                                    const atomic_int *cancel, lora_merge_report *rep,
-                                    corral_error *err) {
+                                    const atomic_int *cancel, const corral_progress *progress,
+                                    lora_merge_report *rep, corral_error *err) {
     double t0 = now_seconds();
     gguf_file *base = gguf_open(base_path, err);
     if (!base) return corral_error_prefix(err, "base model");
@@ -422,8 +435,8 @@ static corral_status merge_to_image(const char *base_path, const lora_source *sr
         list[i] = (lora_apply){adapters[i], src[i].scale};
     }
     if (st == CORRAL_OK) {
-        st = write_merged(base, base_path, src, list, n, fingerprint, out_path, pool, cancel, rep,
-                          err);
+        st = write_merged(base, base_path, src, list, n, fingerprint, out_path, pool, cancel,
+                          progress, rep, err);
     }
     for (uint32_t i = 0; i < n; i++) lora_adapter_destroy(&adapters[i]);
     gguf_destroy(&base);
@@ -439,6 +452,13 @@ static corral_status merge_to_image(const char *base_path, const lora_source *sr
 corral_status lora_merge_file(const char *base_path, const lora_source *src, uint32_t n,
                               const char *out_path, threadpool *pool, lora_merge_report *rep,
                               corral_error *err) {
+    return lora_merge_file_progress(base_path, src, n, out_path, pool, NULL, rep, err);
+}
+
+corral_status lora_merge_file_progress(const char *base_path, const lora_source *src, uint32_t n,
+                                       const char *out_path, threadpool *pool,
+                                       const corral_progress *progress, lora_merge_report *rep,
+                                       corral_error *err) {
     if (!base_path || !out_path) {
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "lora_merge_file: NULL argument");
     }
@@ -446,7 +466,7 @@ corral_status lora_merge_file(const char *base_path, const lora_source *src, uin
     corral_status st = lora_fingerprint(base_path, src, n, fp, err);
     if (st != CORRAL_OK) return st;
     if (rep) memset(rep, 0, sizeof *rep);
-    return merge_to_image(base_path, src, n, fp, out_path, pool, NULL, rep, err);
+    return merge_to_image(base_path, src, n, fp, out_path, pool, NULL, progress, rep, err);
 }
 
 /* ---- the cache --------------------------------------------------------------------------------
@@ -506,7 +526,7 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
              ? lora__quant_build(req->base_path, req->adapters, req->n_adapters, req->quantize,
                                  out->fingerprint, out->path, req->pool, req->cancel, 1, &rep, err)
              : merge_to_image(req->base_path, req->adapters, req->n_adapters, out->fingerprint,
-                              out->path, req->pool, req->cancel, &rep, err);
+                              out->path, req->pool, req->cancel, &req->progress, &rep, err);
     if (st != CORRAL_OK) return st;
     out->merge_seconds = now_seconds() - t1;
     out->image_bytes = rep.file_bytes;

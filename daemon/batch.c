@@ -91,6 +91,8 @@ corral_status batch_start(struct core *k, sjob *sj, bool *wait, corral_error *er
                 *wait = true;
                 break;
             case BUDGET_NEVER:
+                corral_error_prefix(err, "model '%s': a KV cache of %u positions", sm->name,
+                                    positions);
                 st = CORRAL_RESOURCE_EXHAUSTED;
                 break;
         }
@@ -153,7 +155,7 @@ static void after_prefill(struct core *k, sjob *sj, uint32_t n, int64_t us) {
     sj->n_prefilled += n;
     /* Long prompts report progress so the client sees the request is alive. */
     if (sj->n_prompt - sj->n_cached > (uint32_t)core_cfg(k)->prefill_chunk)
-        job_emit_progress(sj->j, sj->n_prefilled, sj->n_prompt);
+        job_emit_progress(sj->j, JOB_PHASE_PREFILL, sj->n_prefilled, sj->n_prompt);
 }
 
 static void after_token(struct core *k, sjob *sj, const gen_token *t, int64_t us) {

@@ -28,8 +28,11 @@
  * three good outcomes — the request fits now (after the immediate victims), fits once the writes
  * complete (WAIT: the caller retries then), or cannot fit with what is evictable (FULL: the
  * request waits for other requests to end, up to its deadline or limits.memory_wait_ms, then
- * fails with RESOURCE_EXHAUSTED naming the holders) — and one bad one: more than the limit is asked
- * for (NEVER: no eviction can ever help, so the request fails at once).
+ * fails with RESOURCE_EXHAUSTED naming the holders) — and one bad one: it can never fit (NEVER:
+ * no eviction can ever help, so the request fails at once instead of waiting for nothing). That
+ * is the case when more than the limit is asked for, and when what is asked plus what nothing
+ * will ever give back — pinned holders, and the holder the room is for (a model's KV cache needs
+ * its model to stay) — is more than the limit.
  */
 #include "budget.h"
 
@@ -77,7 +80,7 @@ budget_verdict budget_plan(const budget_params *p, uint64_t total, uint64_t need
                            const budget_holder *holders, size_t n, int64_t now_ms, size_t *victims,
                            size_t *n_victims) {
     *n_victims = 0;
-    if (need > p->limit) return BUDGET_NEVER;
+    if (need > p->limit || need + budget_fixed_bytes(holders, n) > p->limit) return BUDGET_NEVER;
     const uint64_t high = (uint64_t)(p->high * (double)p->limit);
     const uint64_t low = (uint64_t)(p->low * (double)p->limit);
     if (total + need <= high) return BUDGET_FITS;
@@ -100,6 +103,13 @@ budget_verdict budget_plan(const budget_params *p, uint64_t total, uint64_t need
     if (minus(total, freed_now) + need <= p->limit) return BUDGET_FITS;
     if (minus(total, leaving + freed_now + freed_later) + need <= p->limit) return BUDGET_WAIT;
     return BUDGET_FULL;
+}
+
+uint64_t budget_fixed_bytes(const budget_holder *holders, size_t n) {
+    uint64_t fixed = 0;
+    for (size_t i = 0; i < n; i++)
+        if (holders[i].flags & (BUDGET_PINNED | BUDGET_TARGET)) fixed += holders[i].c.bytes;
+    return fixed;
 }
 
 void budget_describe(const budget_params *p, const budget_holder *holders, size_t n, char *out,

@@ -34,6 +34,8 @@ enum {
     BUDGET_ASYNC = 1u << 3,   /* its eviction completes later (a write): its bytes are gone only
                                  then */
     BUDGET_LEAVING = 1u << 4, /* its eviction is in flight: counted, not a candidate again */
+    BUDGET_TARGET = 1u << 5,  /* the room is for it (its model, resident): it stays whatever
+                                 ends, so its bytes count against what can ever fit */
 };
 
 typedef struct budget_holder {
@@ -48,7 +50,8 @@ typedef enum budget_verdict {
     BUDGET_WAIT = 1,  /* there will be room once the evictions in flight (and the asynchronous
                          victims chosen now) complete */
     BUDGET_FULL = 2,  /* not enough can be evicted: room may come when requests end */
-    BUDGET_NEVER = 3, /* more than the whole limit is asked for */
+    BUDGET_NEVER = 3, /* it can never fit: more than the whole limit is asked for, or more than
+                         what pinned holders and the target leave of it (budget_fixed_bytes) */
 } budget_verdict;
 
 /* Plan room for `need` more bytes, with `total` bytes held now (every holder, plus reservations
@@ -57,6 +60,9 @@ typedef enum budget_verdict {
 budget_verdict budget_plan(const budget_params *p, uint64_t total, uint64_t need,
                            const budget_holder *holders, size_t n, int64_t now_ms, size_t *victims,
                            size_t *n_victims);
+
+/* Bytes no eviction and no request's end can give back: pinned holders and the target's. */
+uint64_t budget_fixed_bytes(const budget_holder *holders, size_t n);
 
 /* Write "memory limit L MiB is held by: model 'a' 600.0 MiB (pinned), ..." naming every holder
  * with bytes, for the error of a request that cannot get room. */

@@ -44,6 +44,7 @@ typedef enum cfg_type {
     CFG_TYPE_LOG_LEVEL, /* error | warn | info | debug | trace */
     CFG_TYPE_PRIORITY,  /* background | interactive | realtime */
     CFG_TYPE_KV_TYPE,   /* f16 | f32 (stored as bool: f32) */
+    CFG_TYPE_OVERFLOW,  /* truncate_oldest | error (stored as cfg_overflow) */
     CFG_TYPE_POLICY,    /* an eviction policy name (policies/evict.h), stored as a string */
     CFG_TYPE_STEPS,     /* sanitizer steps: a list of single-key mappings `- kind: {k: v, ...}` */
     CFG_TYPE_ENDPOINTS, /* a sequence of endpoint strings (or one string) */
@@ -128,6 +129,14 @@ static const cfg_option model_options[] = {
      .default_value = "f16",
      NO_HAS,
      .doc = "KV cache element type: f16 or f32"},
+    {.path = "context_overflow",
+     .type = CFG_TYPE_OVERFLOW,
+     .offset = offsetof(cfg_model, context_overflow),
+     .default_value = "truncate_oldest",
+     NO_HAS,
+     .doc = "a chat that outgrows the context: truncate_oldest drops its oldest turns (leading "
+            "system messages kept; a session's cache is recomputed from the kept turns), error "
+            "fails the request"},
     {.path = "priority",
      .type = CFG_TYPE_PRIORITY,
      .offset = offsetof(cfg_model, priority),
@@ -139,7 +148,8 @@ static const cfg_option model_options[] = {
      .offset = offsetof(cfg_model, pin),
      .default_value = "false",
      NO_HAS,
-     .doc = "never unload or swap out this model"},
+     .doc = "keep this model: loaded at start, never unloaded or swapped out to make room "
+            "(`corral unload` refuses it unless --force)"},
     {.path = "preload",
      .type = CFG_TYPE_BOOL,
      .offset = offsetof(cfg_model, preload),
@@ -602,6 +612,15 @@ static const char *const priority_names[] = {
 
 const char *cfg_priority_name(cfg_priority p) {
     return p >= CFG_PRIORITY_BACKGROUND && p <= CFG_PRIORITY_REALTIME ? priority_names[p] : NULL;
+}
+
+static const char *const overflow_names[] = {
+    [CFG_OVERFLOW_TRUNCATE_OLDEST] = "truncate_oldest",
+    [CFG_OVERFLOW_ERROR] = "error",
+};
+
+const char *cfg_overflow_name(cfg_overflow o) {
+    return (size_t)o < N_OF(overflow_names) ? overflow_names[o] : NULL;
 }
 
 /* ---- value parsers: each returns NULL on success or a description of what was wanted ------- */
@@ -1111,6 +1130,14 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
             else
                 want = "f16 or f32";
             break;
+        case CFG_TYPE_OVERFLOW:
+            want = "truncate_oldest or error";
+            for (size_t o = 0; o < N_OF(overflow_names); o++)
+                if (strcmp(text, overflow_names[o]) == 0) {
+                    *(cfg_overflow *)field = (cfg_overflow)o;
+                    want = NULL;
+                }
+            break;
         case CFG_TYPE_ENDPOINTS:
         case CFG_TYPE_NAMES:
         case CFG_TYPE_IDS:
@@ -1611,16 +1638,15 @@ int cfg_find_default_file(char *buf, size_t size) {
 
 static void print_table(FILE *out, const cfg_table *t, const char *prefix) {
     static const char *const type_names[] = {
-        [CFG_TYPE_BYTES] = "bytes",     [CFG_TYPE_MEMORY] = "bytes|%",
-        [CFG_TYPE_INT] = "integer",     [CFG_TYPE_FLOAT] = "number",
-        [CFG_TYPE_DOUBLE] = "number",   [CFG_TYPE_BOOL] = "bool",
-        [CFG_TYPE_STRING] = "string",   [CFG_TYPE_PATH] = "path",
-        [CFG_TYPE_LOG_LEVEL] = "level", [CFG_TYPE_PRIORITY] = "priority",
-        [CFG_TYPE_KV_TYPE] = "f16|f32", [CFG_TYPE_ENDPOINTS] = "endpoints",
-        [CFG_TYPE_POLICY] = "policy",
-        [CFG_TYPE_STEPS] = "steps",   [CFG_TYPE_NAMES] = "names",
-        [CFG_TYPE_IDS] = "ids",
-        [CFG_TYPE_LIST] = "list",
+        [CFG_TYPE_BYTES] = "bytes",       [CFG_TYPE_MEMORY] = "bytes|%",
+        [CFG_TYPE_INT] = "integer",       [CFG_TYPE_FLOAT] = "number",
+        [CFG_TYPE_DOUBLE] = "number",     [CFG_TYPE_BOOL] = "bool",
+        [CFG_TYPE_STRING] = "string",     [CFG_TYPE_PATH] = "path",
+        [CFG_TYPE_LOG_LEVEL] = "level",   [CFG_TYPE_PRIORITY] = "priority",
+        [CFG_TYPE_KV_TYPE] = "f16|f32",   [CFG_TYPE_ENDPOINTS] = "endpoints",
+        [CFG_TYPE_OVERFLOW] = "overflow", [CFG_TYPE_POLICY] = "policy",
+        [CFG_TYPE_STEPS] = "steps",       [CFG_TYPE_NAMES] = "names",
+        [CFG_TYPE_IDS] = "ids",           [CFG_TYPE_LIST] = "list",
     };
     for (size_t i = 0; i < t->n; i++) {
         const cfg_option *opt = &t->options[i];

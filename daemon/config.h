@@ -30,6 +30,15 @@ typedef enum cfg_priority {
 /* "background", "interactive", "realtime"; NULL for other values. */
 const char *cfg_priority_name(cfg_priority p);
 
+/* What a chat that outgrows a model's context does (its `context_overflow`). */
+typedef enum cfg_overflow {
+    CFG_OVERFLOW_TRUNCATE_OLDEST = 0, /* drop the oldest turns (system messages kept) */
+    CFG_OVERFLOW_ERROR = 1,           /* fail the request, naming both sizes */
+} cfg_overflow;
+
+/* "truncate_oldest", "error"; NULL for other values. */
+const char *cfg_overflow_name(cfg_overflow o);
+
 /* Sampling defaults of a model: each has_ flag says whether the config set the value. */
 typedef struct cfg_sampling {
     bool has_temperature, has_top_k, has_top_p, has_min_p, has_repeat_penalty;
@@ -69,17 +78,18 @@ typedef struct cfg_adapter {
 } cfg_adapter;
 
 typedef struct cfg_model {
-    char *name;            /* unique; what clients ask for */
-    char *path;            /* the GGUF file, absolute (relative paths resolve against the
-                              config file's directory) */
-    int64_t context;       /* KV positions per sequence; 0 = the model's own, sized by memory */
-    bool kv_f32;           /* kv_type: f32 instead of the default f16 */
-    cfg_priority priority; /* class of requests that do not name one */
-    bool pin;              /* never unloaded to make room */
-    bool preload;          /* loaded at start instead of on first use */
-    int64_t ttl_ms;        /* unload after this long unused (0: never) */
-    char *chat_template;   /* template name overriding the file's; NULL = the file's */
-    cfg_adapter *adapters; /* merged into the weights: the entry is a variant of `path` */
+    char *name;      /* unique; what clients ask for */
+    char *path;      /* the GGUF file, absolute (relative paths resolve against the
+                        config file's directory) */
+    int64_t context; /* KV positions per sequence; 0 = the model's own, sized by memory */
+    bool kv_f32;     /* kv_type: f32 instead of the default f16 */
+    cfg_overflow context_overflow; /* a chat longer than the context */
+    cfg_priority priority;         /* class of requests that do not name one */
+    bool pin;                      /* never unloaded to make room */
+    bool preload;                  /* loaded at start instead of on first use */
+    int64_t ttl_ms;                /* unload after this long unused (0: never) */
+    char *chat_template;           /* template name overriding the file's; NULL = the file's */
+    cfg_adapter *adapters;         /* merged into the weights: the entry is a variant of `path` */
     size_t n_adapters;
     char *quantize;        /* a file type (quantize.h, "q4_k_m"): `path` (its adapters merged
                               first) quantized once, kept in cache.dir; NULL: none */

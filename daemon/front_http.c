@@ -262,6 +262,8 @@ static void submit_residency(front_http *f, hreq *r) {
     if (!j2) return;
     j2->req.kind = kinds[r->residency];
     j2->req.target.model = r->model;
+    /* keep_alive is Ollama's one residency control: 0 unloads even what -1 pinned. */
+    j2->req.target.force = true;
     j2->front = r;
     snprintf(j2->app, sizeof j2->app, "%s", r->app);
     j2->id = r->j->id;

@@ -174,6 +174,7 @@ static bool generate_prepare(hreq *r, json_t *body, job *j, http_problem *p) {
         memset(&j->req, 0, sizeof j->req);
         j->req.kind = unload ? CORE_UNLOAD : CORE_LOAD;
         j->req.target.model = r->model;
+        j->req.target.force = true; /* keep_alive 0 undoes a pin made by keep_alive -1 */
         if (unload) r->residency = HTTP_RESIDENCY_NONE;
         r->stream = false;
         return true;

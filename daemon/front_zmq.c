@@ -70,7 +70,7 @@ typedef struct zreq {
     bool stream;
     /* Taken from the job, not yet accepted by ZeroMQ (sent in this order). */
     bool progress_held;
-    uint32_t progress_done, progress_total;
+    job_progress progress;
     job_text text;
     bool final_seen;         /* the job's final event was taken */
     uint32_t chunk_index;    /* the next Chunk's index */
@@ -252,8 +252,12 @@ static void send_direct(front_zmq *f, const uint8_t *peer_id, size_t peer_len, s
                   LOG_UINT("id", id));
 }
 
+/* A request the front end refuses itself (undecodable, not UTF-8, not allowed, ...): logged at
+ * warn with its reason, as the core logs the requests it fails (job.c). */
 static void send_error(front_zmq *f, const uint8_t *peer_id, size_t peer_len, uint64_t id,
                        corral_status code, const char *message) {
+    log_warn("request failed", LOG_UINT("id", id), LOG_STR("code", corral_status_name(code)),
+             LOG_STR("reason", message));
     send_direct(f, peer_id, peer_len, zproto_pack_error(&f->buf, id, code, message), id);
 }
 
@@ -317,6 +321,20 @@ static size_t pack_final(front_zmq *f, const zreq *q) {
     return 0;
 }
 
+/* The model q's request names, for its Progress messages. */
+static const char *zreq_model(const zreq *q) {
+    const core_request *r = &q->j->req;
+    switch (r->kind) {
+        case CORE_GENERATE:
+            return r->generate.model;
+        case CORE_LOAD:
+        case CORE_PIN:
+            return r->target.model;
+        default:
+            return "";
+    }
+}
+
 /* Send what q holds, in order (progress, text, the final event), taking more from the job as it
  * goes. Returns false when q was freed (its final event went out, or its client is gone). On
  * EAGAIN it keeps what is left and marks the job paused. */
@@ -334,7 +352,7 @@ static bool zreq_flush(front_zmq *f, zreq *q) {
         int rc = 0;
         if (q->progress_held) {
             rc = send_to(f, q->peer, q->peer_len,
-                         zproto_pack_progress(&f->buf, q->id, q->progress_done, q->progress_total));
+                         zproto_pack_progress(&f->buf, q->id, &q->progress, zreq_model(q)));
             if (rc == 0) q->progress_held = false;
         }
         /* A streamed job sends its text as it comes; a whole one sends one Chunk (even empty)
@@ -386,8 +404,7 @@ static bool zreq_flush(front_zmq *f, zreq *q) {
         }
         if (t.has_progress) {
             q->progress_held = true;
-            q->progress_done = t.progress_done;
-            q->progress_total = t.progress_total;
+            q->progress = t.progress;
         }
         if (!q->final_seen && !q->progress_held && !q->text.len && !q->text.n_ids) return true;
     }

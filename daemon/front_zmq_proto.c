@@ -186,14 +186,17 @@ corral_status zproto_to_core(const Corral__V1__Request *req, core_request *out, 
         case CORRAL__V1__REQUEST__BODY_LOAD:
             out->kind = CORE_LOAD;
             out->target.model = req->load->model;
+            out->target.progress = req->load->progress;
             return CORRAL_OK;
         case CORRAL__V1__REQUEST__BODY_UNLOAD:
             out->kind = CORE_UNLOAD;
             out->target.model = req->unload->model;
+            out->target.force = req->unload->force;
             return CORRAL_OK;
         case CORRAL__V1__REQUEST__BODY_PIN:
             out->kind = CORE_PIN;
             out->target.model = req->pin->model;
+            out->target.progress = req->pin->progress;
             return CORRAL_OK;
         case CORRAL__V1__REQUEST__BODY_UNPIN:
             out->kind = CORE_UNPIN;
@@ -256,10 +259,28 @@ size_t zproto_pack_pong(zproto_buf *b, uint64_t id, uint64_t uptime_ms) {
     return pack(b, &r);
 }
 
-size_t zproto_pack_progress(zproto_buf *b, uint64_t id, uint32_t done, uint32_t total) {
+/* The core's phases as the protocol's, by table (append-only on both sides). */
+static const Corral__V1__ProgressPhase phase_to_proto[] = {
+    [JOB_PHASE_PREFILL] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_PREFILL,
+    [JOB_PHASE_LOADING] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_LOADING,
+    [JOB_PHASE_MERGING] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_MERGING,
+    [JOB_PHASE_REPACKING] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_REPACKING,
+};
+
+size_t zproto_pack_progress(zproto_buf *b, uint64_t id, const job_progress *jp, const char *model) {
     Corral__V1__Progress p = CORRAL__V1__PROGRESS__INIT;
-    p.prefilled_tokens = done;
-    p.total_tokens = total;
+    const size_t phase = (size_t)jp->phase;
+    p.phase = phase < sizeof phase_to_proto / sizeof phase_to_proto[0]
+                  ? phase_to_proto[phase]
+                  : CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_UNSPECIFIED;
+    p.done = jp->done;
+    p.total = jp->total;
+    /* The fields of clients from before phases: prefill only. */
+    if (jp->phase == JOB_PHASE_PREFILL) {
+        p.prefilled_tokens = (uint32_t)jp->done;
+        p.total_tokens = (uint32_t)jp->total;
+    }
+    p.model = (char *)(model ? model : "");
     Corral__V1__Response r = CORRAL__V1__RESPONSE__INIT;
     r.id = id;
     r.body_case = CORRAL__V1__RESPONSE__BODY_PROGRESS;
@@ -314,6 +335,7 @@ size_t zproto_pack_done(zproto_buf *b, uint64_t id, const core_done *d) {
     done.timings = &t;
     done.model = (char *)d->model;
     done.queue_steps = d->queue_steps;
+    done.dropped_messages = d->dropped_messages;
     if (d->sanitizer_report) done.sanitizer_report = d->sanitizer_report;
     Corral__V1__Response r = CORRAL__V1__RESPONSE__INIT;
     r.id = id;
@@ -386,6 +408,7 @@ static size_t pack_models(zproto_buf *b, Corral__V1__Response *r, const core_rep
             mi->state = state_to_proto(m->state);
             mi->pinned = m->pinned;
             mi->adapters = adapters_to_proto(m, &mi->n_adapters);
+            mi->context_overflow = (char *)(m->context_overflow ? m->context_overflow : "");
             ptrs[i] = mi;
         }
         Corral__V1__ModelList list = CORRAL__V1__MODEL_LIST__INIT;

@@ -43,7 +43,7 @@ corral_status zproto_to_core(const Corral__V1__Request *req, core_request *out, 
 size_t zproto_pack_error(zproto_buf *b, uint64_t id, corral_status code, const char *message);
 size_t zproto_pack_ack(zproto_buf *b, uint64_t id, const char *message);
 size_t zproto_pack_pong(zproto_buf *b, uint64_t id, uint64_t uptime_ms);
-size_t zproto_pack_progress(zproto_buf *b, uint64_t id, uint32_t done, uint32_t total);
+size_t zproto_pack_progress(zproto_buf *b, uint64_t id, const job_progress *p, const char *model);
 size_t zproto_pack_chunk(zproto_buf *b, uint64_t id, const job_text *t, uint32_t index);
 size_t zproto_pack_done(zproto_buf *b, uint64_t id, const core_done *d);
 size_t zproto_pack_reply(zproto_buf *b, uint64_t id, const core_reply *r);

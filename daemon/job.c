@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "corral/log.h"
 #include "corral/utf8.h"
 #include "mem.h"
 
@@ -154,8 +155,7 @@ void job_take(job *j, bool with_text, job_text *spare, job_taken *out) {
         *spare = t;
     }
     out->has_progress = j->has_progress;
-    out->progress_done = j->progress_done;
-    out->progress_total = j->progress_total;
+    out->progress = j->progress;
     j->has_progress = false;
     out->final = j->final;
     pthread_mutex_unlock(&s->mu);
@@ -221,12 +221,11 @@ void job_emit_token(job *j, const char *text, size_t len, int32_t id, const job_
     if (tell) s->notify(s->ctx);
 }
 
-void job_emit_progress(job *j, uint32_t done, uint32_t total) {
+void job_emit_progress(job *j, job_phase phase, uint64_t done, uint64_t total) {
     core_sink *s = j->sink;
     pthread_mutex_lock(&s->mu);
     j->has_progress = true;
-    j->progress_done = done;
-    j->progress_total = total;
+    j->progress = (job_progress){.phase = phase, .done = done, .total = total};
     const bool tell = enqueue_locked(j);
     pthread_mutex_unlock(&s->mu);
     if (tell) s->notify(s->ctx);
@@ -248,6 +247,38 @@ void job_emit_done(job *j, const core_done *done) {
     emit_final(j, JOB_FINAL_DONE);
 }
 
+/* The name of a request's kind, for logs. */
+static const char *kind_name(core_kind kind) {
+    static const char *const names[] = {
+        [CORE_GENERATE] = "generate", [CORE_TOKENIZE] = "tokenize", [CORE_LIST_MODELS] = "models",
+        [CORE_STATUS] = "status",     [CORE_LOAD] = "load",         [CORE_UNLOAD] = "unload",
+        [CORE_PIN] = "pin",           [CORE_UNPIN] = "unpin",
+    };
+    return (size_t)kind < sizeof names / sizeof names[0] && names[kind] ? names[kind] : "unknown";
+}
+
+/* The model a request names ("" for none). */
+static const char *request_model(const core_request *r) {
+    const char *m = r->kind == CORE_GENERATE      ? r->generate.model
+                    : r->kind == CORE_TOKENIZE    ? r->tokenize.model
+                    : r->kind != CORE_LIST_MODELS ? r->target.model
+                                                  : NULL;
+    return m ? m : "";
+}
+
+/* Every failed request is logged with its reason, so that an operator sees in corrald's log what
+ * its clients were told. A cancellation (logged where it is noticed) and a shutdown are not
+ * failures of the request: info. A refusal by an app rule is logged by apps_deny, with the rule. */
+static void log_failure(const job *j, corral_status code) {
+    if (code == CORRAL_PERMISSION_DENIED) return;
+    const bool expected = code == CORRAL_CANCELLED || code == CORRAL_UNAVAILABLE;
+    log_write(expected ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, "request failed", LOG_UINT("id", j->id),
+              LOG_STR("app", j->app[0] ? j->app : "(default)"),
+              LOG_STR("kind", kind_name(j->req.kind)), LOG_STR("model", request_model(&j->req)),
+              LOG_STR("code", corral_status_name(code)), LOG_STR("reason", j->error_message),
+              LOG_END_);
+}
+
 void job_emit_error(job *j, corral_status code, const char *fmt, ...) {
     /* Messages echo client bytes (names, text): whatever they hold, what leaves is UTF-8. */
     char raw[CORRAL_ERROR_MESSAGE_MAX];
@@ -258,6 +289,7 @@ void job_emit_error(job *j, corral_status code, const char *fmt, ...) {
     const size_t len = n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1;
     utf8_escape(j->error_message, sizeof j->error_message, (const uint8_t *)raw, len);
     j->error_code = code;
+    log_failure(j, code);
     emit_final(j, JOB_FINAL_ERROR);
 }
 

@@ -3,7 +3,8 @@
  *
  * A front end makes a job for every request the core must answer (job_new), fills in the request
  * (core_request, request.h) and hands it over with core_submit (core.h). The core answers through
- * the job's events: text as it is generated, prefill progress, and exactly one final event — a
+ * the job's events: text as it is generated, progress (a long prompt's prefill, the load its
+ * model waits for), and exactly one final event — a
  * generation's Done, an Error, or the reply to another request. The front end that owns the job
  * learns of new events through its sink: a queue of jobs with something to take, and a notify
  * callback the core calls when a job joins the queue (e.g. a write to an eventfd the front end
@@ -67,6 +68,20 @@ typedef struct job_text {
     size_t lp_text_len, lp_text_cap;
 } job_text;
 
+/* What a job waits on while it reports progress (proto ProgressPhase). */
+typedef enum job_phase {
+    JOB_PHASE_PREFILL = 1,   /* its prompt runs through the model: done/total are tokens */
+    JOB_PHASE_LOADING = 2,   /* its model's file is opened, or its weights mapped again */
+    JOB_PHASE_MERGING = 3,   /* a variant's adapters are merged: done/total are tensors */
+    JOB_PHASE_REPACKING = 4, /* the weights are rearranged and written to cache.dir: tensors */
+} job_phase;
+
+/* One progress report: total 0 when the phase has no fraction. */
+typedef struct job_progress {
+    job_phase phase;
+    uint64_t done, total;
+} job_progress;
+
 /* The kind of a job's final event. */
 typedef enum job_final {
     JOB_FINAL_NONE = 0,  /* not yet */
@@ -104,7 +119,7 @@ struct job {
     core_sink *sink;
     job_text pending; /* text not yet taken */
     bool has_progress;
-    uint32_t progress_done, progress_total;
+    job_progress progress;
     job_final final;
     bool queued;                                  /* in the sink's ready queue */
     job *ready_next;                              /* the sink's ready queue */
@@ -146,7 +161,7 @@ void job_free(job **j);
 /* What job_take found. */
 typedef struct job_taken {
     bool has_progress;
-    uint32_t progress_done, progress_total;
+    job_progress progress;
     job_final final; /* JOB_FINAL_NONE while the job goes on */
 } job_taken;
 
@@ -181,8 +196,9 @@ void job_emit_text(job *j, const char *text, size_t len, int32_t id);
 void job_emit_token(job *j, const char *text, size_t len, int32_t id, const job_logprob *lps,
                     const char *const *texts, size_t n);
 
-/* Report prefill progress (the latest report replaces one not yet taken). */
-void job_emit_progress(job *j, uint32_t done, uint32_t total);
+/* Report progress: a prompt's prefill, or the load its model waits for (the latest report replaces
+ * one not yet taken). */
+void job_emit_progress(job *j, job_phase phase, uint64_t done, uint64_t total);
 
 /* Final events: after any of them the core must not touch j again. job_emit_done takes ownership
  * of done->sanitizer_report; job_emit_reply of reply. An error's message is always valid UTF-8:

@@ -26,7 +26,7 @@ typedef enum core_kind {
     CORE_STATUS = 4,      /* the daemon's and its models' state */
     CORE_LOAD = 5,        /* residency control: load now, */
     CORE_UNLOAD = 6,      /* unload now, */
-    CORE_PIN = 7,         /* never evict, */
+    CORE_PIN = 7,         /* load now and never evict, */
     CORE_UNPIN = 8,       /* evictable again */
 } core_kind;
 
@@ -89,6 +89,8 @@ typedef struct core_request {
         } tokenize; /* CORE_TOKENIZE */
         struct {
             const char *model; /* CORE_STATUS: "" for every model */
+            bool progress;     /* CORE_LOAD, CORE_PIN: report the load's progress (job.h) */
+            bool force;        /* CORE_UNLOAD: unpin a pinned model first */
         } target;              /* CORE_STATUS, CORE_LOAD, CORE_UNLOAD, CORE_PIN, CORE_UNPIN */
     };
 } core_request;
@@ -123,7 +125,8 @@ typedef struct core_done {
                                   session's cache) */
     uint32_t generated_tokens;
     int64_t queue_us, load_us, prefill_us, decode_us, total_us;
-    uint32_t queue_steps; /* other requests' steps begun between receipt and its first step */
+    uint32_t queue_steps;      /* other requests' steps begun between receipt and its first step */
+    uint32_t dropped_messages; /* chat messages left out because the chat outgrew the context */
     char model[128];
     char *sanitizer_report; /* what the sanitizers did, or NULL; owned by the job */
 } core_done;
@@ -140,7 +143,8 @@ typedef struct core_model_info {
     char *path; /* the configured file (a variant's base) */
     char *arch; /* "" until loaded once */
     uint32_t context;
-    char *chat_template; /* "" when unknown */
+    char *chat_template;          /* "" when unknown */
+    const char *context_overflow; /* "truncate_oldest" or "error" (static) */
     core_model_state state;
     bool pinned, preload;
     core_adapter *adapters;

@@ -239,7 +239,8 @@ static budget_holder *list_candidates(struct core *k, const sched_model *protect
                                               .user = sm},
                                         .name = sm->name,
                                         .flags = (sm->pinned ? BUDGET_PINNED : 0) |
-                                                 (in_use ? BUDGET_IN_USE : 0)};
+                                                 (in_use ? BUDGET_IN_USE : 0) |
+                                                 (sm == protect ? BUDGET_TARGET : 0)};
         } else if (residency_kept(sm)) {
             /* Its sessions' caches live in its arena: they must be out before it can go. */
             const uint64_t sessions = sessions_bytes(k, sm);
@@ -304,14 +305,34 @@ budget_verdict residency_make_room(struct core *k, uint64_t need, const sched_mo
     bool writes = false;
     for (size_t i = 0; i < n; i++) writes |= (h[i].flags & BUDGET_LEAVING) != 0;
     for (size_t i = 0; i < n_victims; i++) writes |= (h[victims[i]].flags & BUDGET_ASYNC) != 0;
-    free(victims);
-    free(h);
     if (v == BUDGET_NEVER) {
-        corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
-                         "%.1f MiB are needed but memory.limit is %.1f MiB", need / 1048576.0,
-                         c->memory_limit / 1048576.0);
+        /* No eviction and no request's end can ever make room: say so now, with both sizes,
+         * rather than after limits.memory_wait_ms. */
+        const uint64_t fixed = budget_fixed_bytes(h, victims ? n : 0);
+        char kept[256] = "";
+        size_t len = 0;
+        for (size_t i = 0; victims && i < n && len < sizeof kept; i++)
+            if ((h[i].flags & (BUDGET_PINNED | BUDGET_TARGET)) && h[i].c.bytes)
+                len +=
+                    (size_t)snprintf(kept + len, sizeof kept - len, "%s%s '%s' %.1f MiB%s",
+                                     len ? ", " : "", "model", h[i].name, h[i].c.bytes / 1048576.0,
+                                     h[i].flags & BUDGET_PINNED ? " (pinned)" : " (in use)");
+        if (need > c->memory_limit || !fixed)
+            corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                             "%.1f MiB are needed but memory.limit is %.1f MiB: it can never fit",
+                             need / 1048576.0, c->memory_limit / 1048576.0);
+        else
+            corral_error_set(err, CORRAL_RESOURCE_EXHAUSTED,
+                             "%.1f MiB are needed but memory.limit is %.1f MiB and %.1f MiB of it "
+                             "stay held (%s): it can never fit",
+                             need / 1048576.0, c->memory_limit / 1048576.0, fixed / 1048576.0,
+                             kept);
+        free(victims);
+        free(h);
         return v;
     }
+    free(victims);
+    free(h);
     /* The plan worked from the holders' figures; the accounting has the last word. */
     if (v == BUDGET_FITS && residency_total_bytes(k) + need > c->memory_limit)
         v = writes ? BUDGET_WAIT : BUDGET_FULL;
@@ -330,6 +351,7 @@ budget_verdict residency_make_room(struct core *k, uint64_t need, const sched_mo
  * LOADING; the task's results are taken in by load_finish. */
 typedef struct load_task {
     core_task t;
+    struct core *k; /* woken when the progress moves */
     sched_model *sm;
     cfg_gen *gen;           /* held while the task lives: entry and cache settings point in it */
     const cfg_model *entry; /* the model's configuration */
@@ -357,7 +379,68 @@ typedef struct load_task {
     residency_source *sources; /* a variant's inputs as they were (default arena) */
     size_t n_sources;
     int64_t us;
+    /* How far it got (progress_word below): written by the loader, read by the compute thread,
+     * which passes it on to the jobs waiting (residency_report_progress). */
+    _Atomic uint64_t progress;
+    unsigned progress_permille; /* loader: the last fraction that woke the compute thread */
 } load_task;
+
+/* A load's progress in one word, so that the compute thread never reads a phase with another
+ * phase's figures: the phase in the top 8 bits, done and total (tensors: far below 2^28) in 28
+ * bits each. */
+static uint64_t progress_word(job_phase phase, uint64_t done, uint64_t total) {
+    const uint64_t mask = (1ull << 28) - 1;
+    if (total > mask) {
+        done = done * mask / total;
+        total = mask;
+    }
+    return (uint64_t)phase << 56 | (done & mask) << 28 | (total & mask);
+}
+
+static job_progress progress_unpack(uint64_t w) {
+    const uint64_t mask = (1ull << 28) - 1;
+    return (job_progress){.phase = (job_phase)(w >> 56), .done = w >> 28 & mask, .total = w & mask};
+}
+
+/* Record the load's progress (loader thread); the compute thread is woken when the phase changes
+ * or the fraction moves by a tenth of a percent or more, not at every tensor. */
+static void load_note(load_task *t, job_phase phase, uint64_t done, uint64_t total) {
+    const uint64_t w = progress_word(phase, done, total);
+    const uint64_t old = atomic_exchange(&t->progress, w);
+    const unsigned permille = total ? (unsigned)(done * 1000 / total) : 0;
+    if ((old >> 56) != (w >> 56) || permille != t->progress_permille) {
+        t->progress_permille = permille;
+        core_poke(t->k);
+    }
+}
+
+static void load_note_merging(void *user, uint64_t done, uint64_t total) {
+    load_note(user, JOB_PHASE_MERGING, done, total);
+}
+
+static void load_note_repacking(void *user, uint64_t done, uint64_t total) {
+    load_note(user, JOB_PHASE_REPACKING, done, total);
+}
+
+/* Whether a job wants its model's load progress: a Generate always (its client handles Progress
+ * anyway), a Load or Pin that asked for it; a Tokenize never (its client waits for one reply). */
+static bool wants_load_progress(const sjob *sj) {
+    const core_request *r = &sj->j->req;
+    return r->kind == CORE_GENERATE ||
+           ((r->kind == CORE_LOAD || r->kind == CORE_PIN) && r->target.progress);
+}
+
+void residency_report_progress(struct core *k) {
+    for (sjob *sj = k->jobs; sj; sj = sj->next) {
+        const load_task *t = sj->model ? sj->model->loading : NULL;
+        if (!t || sj->phase != SJOB_WAIT_MODEL || !wants_load_progress(sj)) continue;
+        const uint64_t w = atomic_load(&t->progress);
+        if (w == sj->load_progress) continue;
+        sj->load_progress = w;
+        const job_progress p = progress_unpack(w);
+        job_emit_progress(sj->j, p.phase, p.done, p.total);
+    }
+}
 
 /* The file to map: the model's own, or for a variant the merged (or quantized) image in
  * cache.dir, merging its adapters and quantizing first when the cache has no valid image
@@ -385,7 +468,8 @@ static corral_status load_weights_path(load_task *t, corral_error *err) {
             .pool = t->merge_pool,
             /* Every byte is checked the first time; later swap-ins trust the verified image. */
             .verify = t->verify_full ? IMAGE_VERIFY_FULL : IMAGE_VERIFY_METADATA,
-            .cancel = &t->t.base.cancel};
+            .cancel = &t->t.base.cancel,
+            .progress = {.fn = load_note_merging, .user = t}};
         const unsigned scope = mem_scope_default();
         corral_status st = lora_variant_prepare(&req, &v, err);
         mem_scope_leave(scope);
@@ -394,6 +478,7 @@ static corral_status load_weights_path(load_task *t, corral_error *err) {
         t->merge_seconds = v.merge_seconds;
         t->merge_reason = v.reason;
         path = v.path;
+        load_note(t, JOB_PHASE_LOADING, 0, 0);
     }
     const unsigned scope = mem_scope_default();
     t->weights_path = strdup(path);
@@ -447,7 +532,9 @@ static corral_status load_fresh(load_task *t, corral_error *err) {
     const unsigned scope = mem_scope_enter(t->owner);
     /* The weights the kernels want rearranged are mapped from an image in the cache directory
      * (written on the first load of a file), so a load or swap-in costs no rearranging. */
-    const model_params mp = {.compute = MODEL_COMPUTE_FAST, .cache_dir = t->gen->c->cache_dir};
+    const model_params mp = {.compute = MODEL_COMPUTE_FAST,
+                             .cache_dir = t->gen->c->cache_dir,
+                             .repack_progress = {.fn = load_note_repacking, .user = t}};
     model *m = model_load(t->weights_path, &mp, err);
     model_runner *r = NULL;
     policy_vocab *pv = NULL;
@@ -705,6 +792,8 @@ static load_task *load_task_new(struct core *k, sched_model *sm, bool from_swap)
     if (!t) return NULL;
     actor_task_init(&t->t.base, load_run, 0);
     t->t.finish = load_finish;
+    t->k = k;
+    atomic_init(&t->progress, progress_word(JOB_PHASE_LOADING, 0, 0));
     t->sm = sm;
     t->gen = k->config;
     k->config->refs++;
@@ -802,6 +891,7 @@ residency_state residency_want(struct core *k, sched_model *sm, corral_error *er
         case BUDGET_FULL:
             return RESIDENCY_NO_ROOM;
         case BUDGET_NEVER:
+            corral_error_prefix(err, "model '%s' cannot be loaded", sm->name);
             return RESIDENCY_FAILED;
     }
     load_task *t = load_task_new(k, sm, from_swap);

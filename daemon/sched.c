@@ -198,8 +198,7 @@ void sched_finish_error(struct core *k, sjob *sj, corral_status code, const char
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
     job *j = sj->j;
-    log_debug("request failed", LOG_UINT("id", j->id), LOG_STR("code", corral_status_name(code)),
-              LOG_STR("message", message));
+    /* (job_emit_error logs it, at warn.) */
     sjob_release(k, sj);
     job_emit_error(j, code, "%s", message);
 }
@@ -324,20 +323,33 @@ static void answer_admin(struct core *k, job *j) {
         return;
     }
     switch (j->req.kind) {
-        case CORE_UNLOAD:
-            if (residency_unload(k, sm) != CORRAL_OK) {
+        case CORE_UNLOAD: {
+            /* A pin says "keep it": an unload that would quietly undo it is refused, naming
+             * the pin and the two ways on. */
+            const bool force = j->req.target.force;
+            if (sm->pinned && !force) {
+                core_reply_destroy(&r);
+                job_emit_error(j, CORRAL_FAILED_PRECONDITION,
+                               "model '%s' is pinned%s: unpin it first (corral unpin %s), or "
+                               "unload it with --force",
+                               sm->name, sm->cfg->pin ? " (pin: true in the config)" : "",
+                               sm->name);
+                return;
+            }
+            if (residency_busy(k, sm)) {
                 core_reply_destroy(&r);
                 job_emit_error(j, CORRAL_FAILED_PRECONDITION,
                                "model '%s' has requests in flight; try again when they finish",
                                sm->name);
                 return;
             }
-            snprintf(r->message, sizeof r->message, "model '%s' unloaded", sm->name);
+            const bool was_pinned = sm->pinned;
+            sm->pinned = false;
+            residency_unload(k, sm);
+            snprintf(r->message, sizeof r->message, "model '%s' %sunloaded", sm->name,
+                     was_pinned ? "unpinned and " : "");
             break;
-        case CORE_PIN:
-            sm->pinned = true;
-            snprintf(r->message, sizeof r->message, "model '%s' pinned", sm->name);
-            break;
+        }
         case CORE_UNPIN:
             sm->pinned = false;
             snprintf(r->message, sizeof r->message, "model '%s' unpinned", sm->name);
@@ -369,13 +381,14 @@ static void admit(struct core *k, job *j) {
             if (sm) sjob_add(k, j, sm, CFG_PRIORITY_INTERACTIVE);
             break;
         }
-        case CORE_LOAD: {
+        case CORE_LOAD:
+        case CORE_PIN: {
+            /* A pin loads the model first: pinned and not resident would keep nothing. */
             sched_model *sm = resolve_model(k, j, j->req.target.model);
             if (sm) sjob_add(k, j, sm, CFG_PRIORITY_INTERACTIVE);
             break;
         }
         case CORE_UNLOAD:
-        case CORE_PIN:
         case CORE_UNPIN:
             answer_admin(k, j);
             break;
@@ -468,18 +481,26 @@ static void wait_for_memory(struct core *k, sjob *sj, const char *reason) {
     sj->wait_reason[len] = '\0';
 }
 
-/* A job whose model is resident: prepare it (Generate, Tokenize), or answer it (Load). */
+/* A job whose model is resident: prepare it (Generate, Tokenize), or answer it (Load, Pin: a
+ * pin takes effect once the model is in). */
 static void model_ready(struct core *k, sjob *sj) {
-    if (sj->j->req.kind != CORE_LOAD) {
+    const core_kind kind = sj->j->req.kind;
+    if (kind != CORE_LOAD && kind != CORE_PIN) {
         prepare_start(k, sj);
         return;
     }
-    core_reply *r = core_reply_new(CORE_LOAD);
+    core_reply *r = core_reply_new(kind);
     if (!r) {
         sched_finish_error(k, sj, CORRAL_OUT_OF_MEMORY, "out of memory");
         return;
     }
-    snprintf(r->message, sizeof r->message, "model '%s' is resident", sj->model->name);
+    sched_model *sm = sj->model;
+    if (kind == CORE_PIN) {
+        sm->pinned = true;
+        snprintf(r->message, sizeof r->message, "model '%s' is resident and pinned", sm->name);
+    } else {
+        snprintf(r->message, sizeof r->message, "model '%s' is resident", sm->name);
+    }
     sched_finish_reply(k, sj, r);
 }
 
@@ -642,6 +663,7 @@ static void *sched_main(void *arg) {
         session_expire(k);
         residency_tick(k);
         advance_waiting(k);
+        residency_report_progress(k);
         start_ready(k);
 
         sched_model *sm = pick(k);
@@ -732,7 +754,8 @@ core *core_new(cfg *c, corral_error *err) {
     }
     config_install(k, g);
     for (sched_model *sm = k->models; sm; sm = sm->next) {
-        if (!sm->cfg->preload) continue;
+        /* A pinned model is kept: it is loaded at start like one marked preload. */
+        if (!sm->cfg->preload && !sm->cfg->pin) continue;
         if (residency_load_now(k, sm, err) != CORRAL_OK) {
             core_destroy(&k);
             return NULL;

@@ -185,11 +185,12 @@ typedef struct sjob {
     sched_session *session;
     cfg_priority priority;
     sjob_phase phase;
-    bool counted;         /* in the model's and app's queue totals */
-    uint32_t token_cap;   /* its app's max_tokens (0: none), for a request naming none */
-    bool waited_for_load; /* its model was loaded for it (its Done counts the load) */
-    core_task *task;      /* a task in flight for it (PREPARING, SESSION_IN): it waits for it */
-    core_reply *answer;   /* a Tokenize's reply, made by the preparer */
+    bool counted;           /* in the model's and app's queue totals */
+    uint32_t token_cap;     /* its app's max_tokens (0: none), for a request naming none */
+    bool waited_for_load;   /* its model was loaded for it (its Done counts the load) */
+    uint64_t load_progress; /* the last progress of its model's load passed on to it */
+    core_task *task;        /* a task in flight for it (PREPARING, SESSION_IN): it waits for it */
+    core_reply *answer;     /* a Tokenize's reply, made by the preparer */
     /* Prepared (prepare.c). */
     gen_params params;
     uint32_t max_tokens;
@@ -293,6 +294,9 @@ typedef enum residency_state {
 residency_state residency_want(struct core *k, sched_model *sm, corral_error *err);
 /* Load sm on the calling thread (preloads at start). */
 corral_status residency_load_now(struct core *k, sched_model *sm, corral_error *err);
+/* Pass the progress of the loads in flight on to the jobs waiting for them (those that want it),
+ * when it moved since their last report. */
+void residency_report_progress(struct core *k);
 /* Cancel sm's load in flight when no job waits for it any more. */
 void residency_forget_load(struct core *k, sched_model *sm);
 /* Release a resident model's weights to make room (SWAPPED: they come back by mmap). */

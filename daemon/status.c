@@ -23,6 +23,7 @@ static bool fill_common(const sched_model *sm, core_model_info *m) {
     m->chat_template =
         dup_or_empty(resident ? chat_template_name(sm->tmpl) : sm->cfg->chat_template);
     m->state = sm->state;
+    m->context_overflow = cfg_overflow_name(sm->cfg->context_overflow);
     m->error = strdup(sm->state == CORE_MODEL_BROKEN ? sm->broken_reason : "");
     m->pinned = sm->pinned;
     m->preload = sm->cfg->preload;

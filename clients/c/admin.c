@@ -139,7 +139,8 @@ corral_status corral_list_models(corral_client *c, int timeout_ms, corral_model_
     for (size_t i = 0; i < r->n_models; i++) {
         const Corral__V1__ModelInfo *m = r->models[i];
         size += block_str_size(m->name) + block_str_size(m->path) + block_str_size(m->arch) +
-                block_str_size(m->chat_template) + adapters_size(m->adapters, m->n_adapters);
+                block_str_size(m->chat_template) + adapters_size(m->adapters, m->n_adapters) +
+                block_str_size(m->context_overflow);
     }
     block b;
     st = block_open(&b, size, err);
@@ -159,6 +160,7 @@ corral_status corral_list_models(corral_client *c, int timeout_ms, corral_model_
         info->pinned = m->pinned;
         info->n_adapters = m->n_adapters;
         info->adapters = adapters_copy(&b, m->adapters, m->n_adapters);
+        info->context_overflow = block_str(&b, m->context_overflow);
     }
     *out = l;
 done:
@@ -260,7 +262,8 @@ void corral_status_report_destroy(corral_status_report **report) {
 /* The four model commands share one shape: a message with just the model name, answered by Ack.
  * Their protobuf-c structs are distinct types, so each gets its own body on the stack. */
 static corral_status model_command(corral_client *c, Corral__V1__Request__BodyCase body,
-                                   const char *model, int timeout_ms, corral_error *err) {
+                                   const char *model, bool flag, corral_progress_cb on_progress,
+                                   void *user, int timeout_ms, corral_error *err) {
     Corral__V1__Load load = CORRAL__V1__LOAD__INIT;
     Corral__V1__Unload unload = CORRAL__V1__UNLOAD__INIT;
     Corral__V1__Pin pin = CORRAL__V1__PIN__INIT;
@@ -271,16 +274,19 @@ static corral_status model_command(corral_client *c, Corral__V1__Request__BodyCa
     switch (body) {
         case CORRAL__V1__REQUEST__BODY_LOAD:
             load.model = client__str(model);
+            load.progress = on_progress != NULL;
             req.load = &load;
             what = "Load";
             break;
         case CORRAL__V1__REQUEST__BODY_UNLOAD:
             unload.model = client__str(model);
+            unload.force = flag;
             req.unload = &unload;
             what = "Unload";
             break;
         case CORRAL__V1__REQUEST__BODY_PIN:
             pin.model = client__str(model);
+            pin.progress = on_progress != NULL;
             req.pin = &pin;
             what = "Pin";
             break;
@@ -291,28 +297,56 @@ static corral_status model_command(corral_client *c, Corral__V1__Request__BodyCa
             break;
     }
     Corral__V1__Response *resp;
+    c->awaited_progress = on_progress;
+    c->awaited_progress_user = user;
     corral_status st =
         client__call(c, &req, CORRAL__V1__RESPONSE__BODY_ACK, what, timeout_ms, &resp, err);
+    c->awaited_progress = NULL;
+    c->awaited_progress_user = NULL;
     if (st != CORRAL_OK) return st;
     corral__v1__response__free_unpacked(resp, NULL);
     return CORRAL_OK;
 }
 
 corral_status corral_load(corral_client *c, const char *model, int timeout_ms, corral_error *err) {
-    return model_command(c, CORRAL__V1__REQUEST__BODY_LOAD, model, timeout_ms, err);
+    return model_command(c, CORRAL__V1__REQUEST__BODY_LOAD, model, false, NULL, NULL, timeout_ms,
+                         err);
+}
+
+corral_status corral_load_with_progress(corral_client *c, const char *model, int timeout_ms,
+                                        corral_progress_cb on_progress, void *user,
+                                        corral_error *err) {
+    return model_command(c, CORRAL__V1__REQUEST__BODY_LOAD, model, false, on_progress, user,
+                         timeout_ms, err);
 }
 
 corral_status corral_unload(corral_client *c, const char *model, int timeout_ms,
                             corral_error *err) {
-    return model_command(c, CORRAL__V1__REQUEST__BODY_UNLOAD, model, timeout_ms, err);
+    return model_command(c, CORRAL__V1__REQUEST__BODY_UNLOAD, model, false, NULL, NULL, timeout_ms,
+                         err);
+}
+
+corral_status corral_unload_force(corral_client *c, const char *model, bool force, int timeout_ms,
+                                  corral_error *err) {
+    return model_command(c, CORRAL__V1__REQUEST__BODY_UNLOAD, model, force, NULL, NULL, timeout_ms,
+                         err);
 }
 
 corral_status corral_pin(corral_client *c, const char *model, int timeout_ms, corral_error *err) {
-    return model_command(c, CORRAL__V1__REQUEST__BODY_PIN, model, timeout_ms, err);
+    return model_command(c, CORRAL__V1__REQUEST__BODY_PIN, model, false, NULL, NULL, timeout_ms,
+                         err);
+}
+
+corral_status corral_pin_with_progress(corral_client *c, const char *model, int timeout_ms,
+                                       corral_progress_cb on_progress, void *user,
+                                       corral_error *err) {
+    return model_command(c, CORRAL__V1__REQUEST__BODY_PIN, model, false, on_progress, user,
+                         timeout_ms, err);
 }
 
 corral_status corral_unpin(corral_client *c, const char *model, int timeout_ms, corral_error *err) {
-    return model_command(c, CORRAL__V1__REQUEST__BODY_UNPIN, model, timeout_ms, err);
+    return model_command(c, CORRAL__V1__REQUEST__BODY_UNPIN, model, false, NULL, NULL, timeout_ms,
+                         err);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */
@@ -322,6 +356,18 @@ static const char *const model_state_names[] = {
     [CORRAL_MODEL_LOADING] = "loading",         [CORRAL_MODEL_RESIDENT] = "resident",
     [CORRAL_MODEL_SWAPPED] = "swapped",         [CORRAL_MODEL_BROKEN] = "broken",
 };
+
+static const char *const progress_phase_names[] = {
+    [CORRAL_PHASE_UNSPECIFIED] = "unspecified", [CORRAL_PHASE_PREFILL] = "prefill",
+    [CORRAL_PHASE_LOADING] = "loading",         [CORRAL_PHASE_MERGING] = "merging",
+    [CORRAL_PHASE_REPACKING] = "repacking",
+};
+
+const char *corral_progress_phase_name(corral_progress_phase phase) {
+    size_t i = (size_t)phase;
+    return i < sizeof progress_phase_names / sizeof *progress_phase_names ? progress_phase_names[i]
+                                                                          : "unknown";
+}
 
 const char *corral_model_state_name(corral_model_state state) {
     size_t i = (size_t)state;

@@ -135,7 +135,7 @@ corral_client *corral_client_new_with(const corral_connect_options *o, corral_er
         if (st != CORRAL_OK) goto fail;
     }
     const int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED;
     if (zmq_socket_monitor(c->dealer, CLIENT_MONITOR_ENDPOINT, events) != 0 ||
         !(c->monitor = zmq_socket(c->zctx, ZMQ_PAIR)) ||
         zmq_setsockopt(c->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
@@ -219,6 +219,10 @@ static corral_status client_read_refusal(corral_client *c, corral_error *err) {
     }
     zmq_msg_close(&address);
     zmq_msg_close(&head);
+    if (event == ZMQ_EVENT_CONNECTED) {
+        c->connected = true; /* a daemon is there */
+        return CORRAL_OK;
+    }
     const bool tcp = strncmp(c->endpoint, "tcp://", 6) == 0;
     c->refused_final =
         event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
@@ -369,10 +373,36 @@ corral_status client__error_from(const Corral__V1__Error *e, corral_error *err) 
     return corral_error_set(err, (corral_status)code, "%s", message);
 }
 
+void client__progress_from(const Corral__V1__Progress *p, corral_progress_info *out) {
+    memset(out, 0, sizeof *out);
+    out->phase = (corral_progress_phase)p->phase;
+    out->done = p->done;
+    out->total = p->total;
+    /* A daemon from before phases sends prefill's two fields only. */
+    if (p->phase == CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_UNSPECIFIED &&
+        (p->prefilled_tokens || p->total_tokens)) {
+        out->phase = CORRAL_PHASE_PREFILL;
+        out->done = p->prefilled_tokens;
+        out->total = p->total_tokens;
+    }
+    snprintf(out->model, sizeof out->model, "%s", p->model ? p->model : "");
+}
+
 /* Hand one Response to whoever waits for it; drop it when nobody does. */
 static void client_dispatch(corral_client *c, Corral__V1__Response *resp, size_t wire_size) {
     /* id 0 answers a message the daemon could not decode; only a plain call can be waiting for
      * such an answer (generations are sent the same way, but their queue is matched by id). */
+    if (c->awaited_id && !c->awaited_reply && resp->id == c->awaited_id &&
+        resp->body_case == CORRAL__V1__RESPONSE__BODY_PROGRESS) {
+        /* A Load or Pin that asked for progress: reports come before the reply. */
+        if (c->awaited_progress) {
+            corral_progress_info info;
+            client__progress_from(resp->progress, &info);
+            c->awaited_progress(&info, c->awaited_progress_user);
+        }
+        corral__v1__response__free_unpacked(resp, NULL);
+        return;
+    }
     if (c->awaited_id && !c->awaited_reply && (resp->id == c->awaited_id || resp->id == 0)) {
         c->awaited_reply = resp;
         return;
@@ -386,10 +416,26 @@ static void client_dispatch(corral_client *c, Corral__V1__Response *resp, size_t
     corral__v1__response__free_unpacked(resp, NULL);
 }
 
+/* The call's error when no daemon accepted the connection in time (the CLI's words). */
+static corral_status client_not_running(const corral_client *c, corral_error *err) {
+    return corral_error_set(err, CORRAL_UNAVAILABLE,
+                            "no answer from corrald at %s (is it running? start it with `make run` "
+                            "or corrald -c FILE): nothing accepted a connection within %d ms",
+                            c->endpoint, CORRAL_CONNECT_TIMEOUT_MS);
+}
+
 corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *err) {
     if (c->refused != CORRAL_OK) return corral_error_set(err, c->refused, "%s", c->refused_message);
+    if (!c->connect_since_ms) c->connect_since_ms = client__now_ms();
     for (;;) {
         int64_t now = client__now_ms();
+        if (!c->connected) {
+            /* The monitor may have news the last poll did not wait for. */
+            corral_status st = client_check_refused(c, err);
+            if (st != CORRAL_OK) return st;
+            if (!c->connected && now - c->connect_since_ms >= CORRAL_CONNECT_TIMEOUT_MS)
+                return client_not_running(c, err);
+        }
         if (now - c->last_send_ms >= CORRAL_PING_INTERVAL_MS) {
             corral_status st = client_send_ping(c, err);
             if (st != CORRAL_OK) return st;
@@ -401,6 +447,8 @@ corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *
                                     c->endpoint, CORRAL_SILENCE_LIMIT_MS / 1000);
         int64_t wait = c->last_send_ms + CORRAL_PING_INTERVAL_MS - now;
         if (deadline_ms >= 0 && deadline_ms - now < wait) wait = deadline_ms - now;
+        if (!c->connected && c->connect_since_ms + CORRAL_CONNECT_TIMEOUT_MS - now < wait)
+            wait = c->connect_since_ms + CORRAL_CONNECT_TIMEOUT_MS - now;
         if (wait < 0) wait = 0;
         zmq_pollitem_t items[2] = {{.socket = c->dealer, .events = ZMQ_POLLIN},
                                    {.socket = c->monitor, .events = ZMQ_POLLIN}};

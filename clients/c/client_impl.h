@@ -38,6 +38,8 @@ struct corral_generation {
 
     uint32_t expected_index; /* Chunk.index the next arriving chunk must carry */
     uint32_t prefilled, prefill_total;
+    corral_progress_info progress; /* the latest Progress */
+    bool heard; /* something of it arrived (a Progress, a Chunk): the daemon took it up */
     bool cancel_sent;
     bool overflowed;
 
@@ -64,15 +66,27 @@ struct corral_client {
     uint64_t next_id;
     size_t queue_limit;
 
-    int64_t last_send_ms;    /* when anything last went out (pings are due 5 s after) */
-    int64_t silent_since_ms; /* first ping sent after the last message received; 0: none */
+    /* Whether a daemon is there at all: the connection was made once (the monitor's
+     * ZMQ_EVENT_CONNECTED; the kernel accepts it whatever the daemon's threads are doing). Until
+     * then a call that waits fails with CORRAL_UNAVAILABLE once CORRAL_CONNECT_TIMEOUT_MS have
+     * passed since the first call began (connect_since_ms), instead of waiting out its timeout. */
+    bool connected;
+    int64_t connect_since_ms; /* 0 until a call first waits */
+    int64_t last_send_ms;     /* when anything last went out (pings are due 5 s after) */
+    int64_t silent_since_ms;  /* first ping sent after the last message received; 0: none */
 
     corral_generation *generations; /* live generations (finished ones too, until destroyed) */
 
-    /* The plain request a call is waiting on (0: none) and its reply once it came. */
+    /* The plain request a call is waiting on (0: none) and its reply once it came; Progress
+     * messages for it (a Load or Pin that asked) go to awaited_progress, if set. */
     uint64_t awaited_id;
     Corral__V1__Response *awaited_reply;
+    corral_progress_cb awaited_progress;
+    void *awaited_progress_user;
 };
+
+/* A Progress message as the API's struct. */
+void client__progress_from(const Corral__V1__Progress *p, corral_progress_info *out);
 
 /* Monotonic milliseconds. */
 int64_t client__now_ms(void);

@@ -13,10 +13,11 @@
  * inside a call that waits, and only until what that call waits for has arrived. Different
  * clients are independent and may be used from different threads at once.
  *
- * Liveness: while a call waits, the library sends a Ping every CORRAL_PING_INTERVAL_MS (the
- * daemon cancels the requests of a client that stays silent), and gives up with
- * CORRAL_UNAVAILABLE when the daemon has answered nothing at all, pings included, for
- * CORRAL_SILENCE_LIMIT_MS.
+ * Liveness: a client whose endpoint accepts no connection (no daemon running) fails its calls
+ * with CORRAL_UNAVAILABLE after CORRAL_CONNECT_TIMEOUT_MS. While a call waits, the library sends a
+ * Ping every CORRAL_PING_INTERVAL_MS (the daemon cancels the requests of a client that stays
+ * silent), and gives up with CORRAL_UNAVAILABLE when the daemon has answered nothing at all,
+ * pings included, for CORRAL_SILENCE_LIMIT_MS.
  *
  * Memory and flow control: several generations may be in flight on one client. The daemon stops
  * computing a stream whose client does not read, so a caller controls the pace by how often it
@@ -52,6 +53,11 @@ extern "C" {
 /* Symbols of the client API are exported from libcorral.so; everything else stays inside. */
 #define CORRAL_API __attribute__((visibility("default")))
 
+/* A call that waits fails with CORRAL_UNAVAILABLE ("no answer from corrald at ... (is it
+ * running? ...)") when no connection to the endpoint could be made this long after the client's
+ * first call began: a daemon that is not running is reported within about a second, not after
+ * the call's timeout. (A call with a shorter timeout ends with CORRAL_DEADLINE_EXCEEDED first.) */
+#define CORRAL_CONNECT_TIMEOUT_MS  1000
 /* While a call waits, a Ping goes out when nothing was sent for this long. */
 #define CORRAL_PING_INTERVAL_MS    5000
 /* A waiting call fails with CORRAL_UNAVAILABLE after this long without any message from the
@@ -227,7 +233,10 @@ typedef struct corral_done {
     uint32_t generated_tokens;
     corral_timings timings;
     uint32_t queue_steps; /* other requests' forward passes begun before its first one */
-    char model[128];      /* the model that answered */
+    /* Chat messages left out because the conversation outgrew the model's context (its oldest
+     * turns after the leading system messages; context_overflow truncate_oldest). */
+    uint32_t dropped_messages;
+    char model[128]; /* the model that answered */
     /* What the input sanitizers did, one "step=verdict(details)" per step; empty when the
      * request ran under no sanitizer profile. Truncated to fit. */
     char sanitizer_report[512];
@@ -293,10 +302,37 @@ CORRAL_API int corral_generation_poll(corral_generation *g, int timeout_ms, corr
  * the client's. */
 CORRAL_API corral_status corral_generation_cancel(corral_generation *g, corral_error *err);
 
+/* What a request waits on while the daemon reports progress (proto ProgressPhase). */
+typedef enum corral_progress_phase {
+    CORRAL_PHASE_UNSPECIFIED = 0, /* none reported yet (or a phase this library does not know) */
+    CORRAL_PHASE_PREFILL = 1,     /* the prompt runs through the model: done/total in tokens */
+    CORRAL_PHASE_LOADING = 2,     /* the model is being loaded (total 0: no fraction) */
+    CORRAL_PHASE_MERGING = 3,     /* a variant's LoRA adapters are merged: tensors */
+    CORRAL_PHASE_REPACKING = 4, /* the weights are rearranged and cached, once per file: tensors */
+} corral_progress_phase;
+
+/* One progress report (proto Progress). */
+typedef struct corral_progress_info {
+    corral_progress_phase phase;
+    uint64_t done, total; /* units of the phase; total 0 when it has no fraction */
+    char model[128];      /* the model the work is for */
+} corral_progress_info;
+
+/* Called with each progress report of a Load or Pin that asked for them. The callback must not
+ * use the client it was called from. */
+typedef void (*corral_progress_cb)(const corral_progress_info *progress, void *user);
+
 /* The latest prefill progress the daemon reported (0/0 before any). Never waits. Thread: the
  * client's. */
 CORRAL_API void corral_generation_progress(const corral_generation *g, uint32_t *prefilled,
                                            uint32_t *total);
+
+/* The latest progress of any phase the daemon reported for the generation (the load of its
+ * model, its prompt's prefill); phase CORRAL_PHASE_UNSPECIFIED before any. Reports arrive while a
+ * poll waits; a caller that shows them reads this after each poll. Never waits. Thread: the
+ * client's. */
+CORRAL_API void corral_generation_progress_info(const corral_generation *g,
+                                                corral_progress_info *out);
 
 /* The request id of the generation on its client (for logs). Thread: the client's. */
 CORRAL_API uint64_t corral_generation_id(const corral_generation *g);
@@ -352,6 +388,7 @@ typedef struct corral_model_info {
     bool pinned;
     size_t n_adapters; /* a variant (path is its base): the adapters merged in, in order */
     const corral_adapter *adapters;
+    const char *context_overflow; /* "truncate_oldest" or "error" ("" from older daemons) */
 } corral_model_info;
 
 typedef struct corral_model_list {
@@ -423,9 +460,10 @@ CORRAL_API corral_status corral_client_status(corral_client *client, const char 
  * does not depend on its client). */
 CORRAL_API void corral_status_report_destroy(corral_status_report **report);
 
-/* Load a model now and return when it is resident; unload it (refused while requests use it;
- * its sessions' KV caches go to the swap directory); pin it (never unloaded or swapped out to
- * make room); unpin it.
+/* Load a model now and return when it is resident; unload it (refused while requests use it,
+ * and while it is pinned: CORRAL_FAILED_PRECONDITION naming the pin; its sessions' KV caches go
+ * to the swap directory); pin it (load it, as corral_load does, and keep it: never unloaded or
+ * swapped out to make room; returns when it is resident); unpin it.
  * Return CORRAL_OK on the daemon's Ack, else its error (CORRAL_NOT_FOUND for an unknown model).
  * Thread: the client's. */
 CORRAL_API corral_status corral_load(corral_client *client, const char *model, int timeout_ms,
@@ -437,6 +475,19 @@ CORRAL_API corral_status corral_pin(corral_client *client, const char *model, in
 CORRAL_API corral_status corral_unpin(corral_client *client, const char *model, int timeout_ms,
                                       corral_error *err);
 
+/* corral_load and corral_pin, with the load's progress reports (phase, fraction) passed to
+ * on_progress (may be NULL) as they arrive, on the calling thread. */
+CORRAL_API corral_status corral_load_with_progress(corral_client *client, const char *model,
+                                                   int timeout_ms, corral_progress_cb on_progress,
+                                                   void *user, corral_error *err);
+CORRAL_API corral_status corral_pin_with_progress(corral_client *client, const char *model,
+                                                  int timeout_ms, corral_progress_cb on_progress,
+                                                  void *user, corral_error *err);
+
+/* corral_unload; with force, a pinned model is unpinned first instead of refused. */
+CORRAL_API corral_status corral_unload_force(corral_client *client, const char *model, bool force,
+                                             int timeout_ms, corral_error *err);
+
 /* ---- names -------------------------------------------------------------------------------- */
 
 /* Lower-case names ("eog", "max_tokens", ...; "unloaded", "resident", ...; "background", ...).
@@ -444,6 +495,8 @@ CORRAL_API corral_status corral_unpin(corral_client *client, const char *model, 
 CORRAL_API const char *corral_stop_reason_name(corral_stop_reason reason);
 CORRAL_API const char *corral_model_state_name(corral_model_state state);
 CORRAL_API const char *corral_priority_name(corral_priority priority);
+/* "prefill", "loading", "merging", "repacking" (what a person reads beside a progress bar). */
+CORRAL_API const char *corral_progress_phase_name(corral_progress_phase phase);
 
 /* Parse "background", "interactive", "realtime" (or "default"). Returns 0 and sets *out, or -1. */
 CORRAL_API int corral_priority_from_name(const char *name, corral_priority *out);

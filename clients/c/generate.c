@@ -167,12 +167,14 @@ static void generation_take_done(corral_generation *g, const Corral__V1__Done *d
     }
     snprintf(out->model, sizeof out->model, "%s", d->model ? d->model : "");
     out->queue_steps = d->queue_steps;
+    out->dropped_messages = d->dropped_messages;
     snprintf(out->sanitizer_report, sizeof out->sanitizer_report, "%s",
              d->sanitizer_report ? d->sanitizer_report : "");
 }
 
 void generation__accept(corral_generation *g, Corral__V1__Response *resp, size_t wire_size) {
     char why[256];
+    g->heard = true;
     switch (resp->body_case) {
         case CORRAL__V1__RESPONSE__BODY_CHUNK: {
             if (g->overflowed) break;
@@ -212,8 +214,11 @@ void generation__accept(corral_generation *g, Corral__V1__Response *resp, size_t
             return; /* the queue owns resp now */
         }
         case CORRAL__V1__RESPONSE__BODY_PROGRESS:
-            g->prefilled = resp->progress->prefilled_tokens;
-            g->prefill_total = resp->progress->total_tokens;
+            client__progress_from(resp->progress, &g->progress);
+            if (g->progress.phase == CORRAL_PHASE_PREFILL) {
+                g->prefilled = (uint32_t)g->progress.done;
+                g->prefill_total = (uint32_t)g->progress.total;
+            }
             break;
         case CORRAL__V1__RESPONSE__BODY_DONE:
             g->finished = true;
@@ -315,6 +320,10 @@ void corral_generation_progress(const corral_generation *g, uint32_t *prefilled,
     if (total) *total = g->prefill_total;
 }
 
+void corral_generation_progress_info(const corral_generation *g, corral_progress_info *out) {
+    *out = g->progress;
+}
+
 uint64_t corral_generation_id(const corral_generation *g) {
     return g->id;
 }
@@ -373,10 +382,18 @@ static corral_status generate_blocking(corral_client *c, const corral_generate_p
             st = CORRAL_OK;
             break;
         } else if (r == CORRAL_POLL_NOTHING) {
-            st = corral_error_set(err, CORRAL_DEADLINE_EXCEEDED,
-                                  "generation on corrald at %s did not end within %d ms (it was "
-                                  "cancelled)",
-                                  c->endpoint, timeout_ms);
+            /* Say which it was: the daemon never took it up (queued, or waiting for its model
+             * without reporting), or it ran and did not finish. */
+            if (g->heard)
+                st = corral_error_set(err, CORRAL_DEADLINE_EXCEEDED,
+                                      "the generation on corrald at %s did not end within %d ms "
+                                      "(it was cancelled)",
+                                      c->endpoint, timeout_ms);
+            else
+                st = corral_error_set(err, CORRAL_DEADLINE_EXCEEDED,
+                                      "corrald at %s sent nothing for the generation within %d "
+                                      "ms: it did not start (it was cancelled)",
+                                      c->endpoint, timeout_ms);
             break;
         } else {
             st = (corral_status)r;

@@ -52,9 +52,12 @@ struct model_packed {
     char *path; /* the image's path, or NULL */
 };
 
+typedef struct repack_plan repack_plan;
+
 /* A distinct tensor to repack (the tied output and token_embd are one; so are the views of a
  * fused tensor). */
 typedef struct repack_item {
+    repack_plan *plan;    /* the plan it belongs to (progress) */
     const gguf_tensor *t; /* in the model file */
     const void *src;
     uint32_t type;
@@ -63,10 +66,12 @@ typedef struct repack_item {
     const void *dst; /* where its panels are, once made */
 } repack_item;
 
-typedef struct repack_plan {
+struct repack_plan {
     repack_item *items;
     size_t n_items, total;
-} repack_plan;
+    corral_progress progress; /* model_params.repack_progress */
+    size_t n_packed;          /* items packed so far, for it */
+};
 
 /* The weight slots of a model: the global ones, then every layer's. */
 static size_t model_n_slots(const struct model *m) {
@@ -106,7 +111,8 @@ static corral_status repack_make_plan(struct model *m, const kernel_ops *ops, re
         /* The whole file tensor, of which the weight may be a view. */
         const int64_t n_out = w->tensor->ne[1];
         const size_t bytes = (size_t)n_out * w->row_bytes;
-        plan->items[plan->n_items++] = (repack_item){.t = w->tensor,
+        plan->items[plan->n_items++] = (repack_item){.plan = plan,
+                                                     .t = w->tensor,
                                                      .src = w->tensor->data,
                                                      .type = w->type,
                                                      .n_in = w->n_in,
@@ -143,6 +149,8 @@ static void repack_item_pack(const repack_item *it, void *dst) {
     kernels_panel_pack((tensor_type)it->type, it->src, it->n_in, it->n_out, 0,
                        it->n_out / KERNEL_PANEL_ROWS, dst);
     release_pages(it->src, it->bytes);
+    repack_plan *plan = it->plan;
+    corral_progress_report(&plan->progress, ++plan->n_packed, plan->n_items);
 }
 
 /* ---- in memory ------------------------------------------------------------------------------- */
@@ -163,6 +171,7 @@ static corral_status repack_in_memory(struct model_packed *pk, repack_plan *plan
 #endif
     pk->mem = mem;
     pk->bytes = plan->total;
+    plan->n_packed = 0; /* (after an image that could not be written: packed anew) */
     for (size_t k = 0; k < plan->n_items; k++) {
         repack_item *it = &plan->items[k];
         repack_item_pack(it, (char *)mem + it->offset);
@@ -301,7 +310,7 @@ corral_status model__repack(struct model *m, corral_error *err) {
     if (m->params.compute == MODEL_COMPUTE_REFERENCE) return CORRAL_OK;
     const kernel_ops *ops = kernels_get(err);
     if (!ops) return err ? err->status : CORRAL_UNSUPPORTED;
-    repack_plan plan = {0};
+    repack_plan plan = {.progress = m->params.repack_progress};
     corral_status st = repack_make_plan(m, ops, &plan, err);
     if (st != CORRAL_OK || plan.n_items == 0) {
         free(plan.items);

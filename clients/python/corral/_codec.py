@@ -17,7 +17,14 @@ import struct
 from typing import Any, Iterable, Mapping, NoReturn, Optional, Sequence, Union
 
 from ._proto import pb
-from .errors import CorralError, DeadlineExceeded, InvalidArgument, ProtocolError, error_for_code
+from .errors import (
+    CorralError,
+    DeadlineExceeded,
+    InvalidArgument,
+    ProtocolError,
+    Unavailable,
+    error_for_code,
+)
 from .types import (
     AdapterInfo,
     ChatMessage,
@@ -30,6 +37,7 @@ from .types import (
     Pong,
     Priority,
     Progress,
+    ProgressPhase,
     StatusReply,
     StopReason,
     Timings,
@@ -67,6 +75,19 @@ def resolve_timeout(call_timeout: Optional[float], default: float) -> float:
     if not limit > 0:  # also refuses NaN
         raise InvalidArgument(f"timeout must be a positive number of seconds (got {limit!r})")
     return limit
+
+
+#: A call fails with Unavailable when nothing accepted the connection this long after the client's
+#: first call began: a daemon that is not running is reported at once, not after the timeout.
+CONNECT_TIMEOUT_S = 1.0
+
+
+def not_running_error(endpoint: str) -> Unavailable:
+    """The Unavailable raised when no daemon accepted the connection (the CLI's words)."""
+    return Unavailable(
+        f"no answer from corrald at {endpoint} (is it running? start it with `make run` or "
+        f"corrald -c FILE): nothing accepted a connection within {CONNECT_TIMEOUT_S:g} s"
+    )
 
 
 def silence_error(endpoint: str, limit: float) -> DeadlineExceeded:
@@ -301,8 +322,12 @@ def decode_chunk(msg: Any) -> Chunk:
 
 
 def decode_progress(msg: Any) -> Progress:
-    """A Progress dataclass from its message."""
-    return Progress(msg.prefilled_tokens, msg.total_tokens)
+    """A Progress dataclass from its message (one of a daemon from before phases is prefill)."""
+    phase = _enum(pb.ProgressPhase, "PROGRESS_PHASE_", msg.phase, ProgressPhase)
+    done, total = msg.done, msg.total
+    if phase is ProgressPhase.UNSPECIFIED and (msg.prefilled_tokens or msg.total_tokens):
+        phase, done, total = ProgressPhase.PREFILL, msg.prefilled_tokens, msg.total_tokens
+    return Progress(msg.prefilled_tokens, msg.total_tokens, phase, done, total, msg.model)
 
 
 def _adapters(msgs: Any) -> tuple[AdapterInfo, ...]:
@@ -321,6 +346,7 @@ def decode_done(msg: Any) -> Done:
         model=msg.model,
         sanitizer_report=msg.sanitizer_report,
         queue_steps=msg.queue_steps,
+        dropped_messages=msg.dropped_messages,
     )
 
 
@@ -341,6 +367,7 @@ def decode_models(msg: Any) -> list[ModelInfo]:
             state=_enum(pb.ModelState, "MODEL_STATE_", m.state, ModelState),
             pinned=m.pinned,
             adapters=_adapters(m.adapters),
+            context_overflow=m.context_overflow,
         )
         for m in msg.models
     ]

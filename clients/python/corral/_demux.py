@@ -8,7 +8,9 @@ any more (abandoned streams, Acks of fire-and-forget Cancels, keepalive Pongs) a
 Two things are not addressed to one request and go to every inbox: an Error with id 0 (the daemon
 could not decode something this connection sent) and a frame this client cannot decode.
 
-Liveness: ``last_heard`` is when the daemon last said anything; the patient callers' timeouts
+Liveness: a daemon that never accepted the connection is reported within
+``_codec.CONNECT_TIMEOUT_S`` (:meth:`Demux.connect_deadline`). ``last_heard`` is when the daemon
+last said anything; the patient callers' timeouts
 measure silence from it. When the connection drops (the daemon stopped, crashed or restarted, or
 refused an oversized message), requests in flight can never be answered: :meth:`connection_lost`
 gives each an UNAVAILABLE error instead of leaving it to wait on a daemon that knows nothing of it;
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import Any, Deque, Dict, Set
+from typing import Any, Deque, Dict, Optional, Set
 
 from . import _codec
 from ._proto import pb
@@ -35,6 +37,21 @@ class Demux:
         self._keepalive: Set[int] = set()
         self.last_heard = float("-inf")  # monotonic time of the last frame received
         self.last_sent = float("-inf")  # monotonic time of the last request sent
+        # Whether anything ever accepted the connection (the monitor's EVENT_CONNECTED: the
+        # kernel accepts it whatever the daemon's threads are doing), and when a call first
+        # waited: a call fails with Unavailable once CONNECT_TIMEOUT_S passed from there without
+        # a connection (no daemon is running).
+        self.connected = False
+        self.connect_since: Optional[float] = None
+
+    def connect_deadline(self, now: float) -> Optional[float]:
+        """When a waiting call gives up on a daemon that never accepted the connection (None
+        once one did); the first call that asks starts the clock."""
+        if self.connected:
+            return None
+        if self.connect_since is None:
+            self.connect_since = now
+        return self.connect_since + _codec.CONNECT_TIMEOUT_S
 
     def new_id(self) -> int:
         """A fresh request id whose answers will be dropped (fire-and-forget requests)."""

@@ -21,6 +21,7 @@ import time
 from types import TracebackType
 from typing import (
     Any,
+    Callable,
     AsyncIterator,
     Dict,
     Iterable,
@@ -205,7 +206,7 @@ class AsyncClient:
         if keys is not None:
             _auth.set_curve(self._sock, keys)
         self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
         )
         try:
             self._sock.connect(self.endpoint)
@@ -333,9 +334,15 @@ class AsyncClient:
                     f"the connection to corrald at {self.endpoint} failed: {self._failure!r}"
                 ) from self._failure
             since = max(start, self._demux.last_heard) if patient else start
-            left = since + timeout - time.monotonic()
+            now = time.monotonic()
+            left = since + timeout - now
             if left <= 0:
                 raise _codec.silence_error(self.endpoint, timeout)
+            connect_by = self._demux.connect_deadline(now)
+            if connect_by is not None:
+                if now >= connect_by:
+                    raise _codec.not_running_error(self.endpoint)
+                left = min(left, connect_by - now)
             event.clear()
             if math.isinf(left):
                 await event.wait()
@@ -372,6 +379,9 @@ class AsyncClient:
                 if self._monitor in ready:
                     frames = await self._monitor.recv_multipart()
                     event = _codec.monitor_event(frames)
+                    if event == zmq.EVENT_CONNECTED:
+                        self._demux.connected = True
+                        continue
                     if event == zmq.EVENT_DISCONNECTED:
                         await self._drain()  # answers that arrived before the drop still count
                         self._wake_up(self._demux.connection_lost())
@@ -412,12 +422,23 @@ class AsyncClient:
                 pass
 
     async def _call(
-        self, what: str, reply: str, timeout: Optional[float], patient: bool = False, **body: Any
+        self,
+        what: str,
+        reply: str,
+        timeout: Optional[float],
+        patient: bool = False,
+        progress: Optional[Callable[[Progress], None]] = None,
+        **body: Any,
     ) -> Any:
         limit = _codec.resolve_timeout(timeout, self.timeout)
         rid = self._start(limit, **body)
         try:
-            resp = await self._wait(rid, limit, patient)
+            while True:
+                resp = await self._wait(rid, limit, patient)
+                if _codec.body_of(resp) != "progress":
+                    break
+                if progress is not None:
+                    progress(_codec.decode_progress(resp.progress))
         finally:
             self._forget(rid)
         return _codec.expect(resp, reply, what)
@@ -811,20 +832,34 @@ class AsyncClient:
         msg = pb.Status(model="" if model is None else _codec.check_str("model", model))
         return _codec.decode_status(await self._call("status", "status", timeout, status=msg))
 
-    async def load(self, model: str, *, timeout: Optional[float] = None) -> str:
+    async def load(
+        self,
+        model: str,
+        *,
+        timeout: Optional[float] = None,
+        progress: Optional[Callable[[Progress], None]] = None,
+    ) -> str:
         """Load ``model`` now: see :meth:`corral.Client.load`."""
-        msg = pb.Load(model=_codec.check_str("model", model))
-        return str((await self._call("load", "ack", timeout, True, load=msg)).message)
+        msg = pb.Load(model=_codec.check_str("model", model), progress=progress is not None)
+        return str((await self._call("load", "ack", timeout, True, progress, load=msg)).message)
 
-    async def unload(self, model: str, *, timeout: Optional[float] = None) -> str:
+    async def unload(
+        self, model: str, *, force: bool = False, timeout: Optional[float] = None
+    ) -> str:
         """Release ``model``'s memory: see :meth:`corral.Client.unload`."""
-        msg = pb.Unload(model=_codec.check_str("model", model))
+        msg = pb.Unload(model=_codec.check_str("model", model), force=bool(force))
         return str((await self._call("unload", "ack", timeout, True, unload=msg)).message)
 
-    async def pin(self, model: str, *, timeout: Optional[float] = None) -> str:
-        """Pin ``model``: see :meth:`corral.Client.pin`."""
-        msg = pb.Pin(model=_codec.check_str("model", model))
-        return str((await self._call("pin", "ack", timeout, pin=msg)).message)
+    async def pin(
+        self,
+        model: str,
+        *,
+        timeout: Optional[float] = None,
+        progress: Optional[Callable[[Progress], None]] = None,
+    ) -> str:
+        """Load and pin ``model``: see :meth:`corral.Client.pin`."""
+        msg = pb.Pin(model=_codec.check_str("model", model), progress=progress is not None)
+        return str((await self._call("pin", "ack", timeout, True, progress, pin=msg)).message)
 
     async def unpin(self, model: str, *, timeout: Optional[float] = None) -> str:
         """Undo :meth:`pin`."""

@@ -22,7 +22,18 @@ from __future__ import annotations
 import math
 import time
 from types import TracebackType
-from typing import Any, Iterable, Iterator, List, Literal, Optional, Sequence, Union, overload
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    Union,
+    overload,
+)
 
 import zmq
 
@@ -52,8 +63,8 @@ class Stream(Iterator[Chunk]):
 
     The request is sent when the stream is created, so several streams run at once; errors
     (unknown model, bad parameter) are raised by the first :func:`next`. Iteration ends when the
-    daemon sends Done, which is then in :attr:`done`. Progress messages of a long prompt are not
-    yielded; the latest is in :attr:`progress`.
+    daemon sends Done, which is then in :attr:`done`. Progress messages (its model's load, a
+    long prompt's prefill) are not yielded; the latest is in :attr:`progress`.
 
     Stopping early cancels the generation: leave a ``with`` block, or call :meth:`close`, and the
     client sends Cancel and waits for the final Done (``done.stop_reason`` is then usually
@@ -71,7 +82,7 @@ class Stream(Iterator[Chunk]):
         self.request_id = request_id
         #: How the generation ended; None until the daemon's Done arrived.
         self.done: Optional[Done] = None
-        #: The latest prefill Progress, if the daemon sent any.
+        #: The latest Progress (its model's load, its prompt's prefill), if the daemon sent any.
         self.progress: Optional[Progress] = None
 
     def __iter__(self) -> "Stream":
@@ -211,7 +222,7 @@ class Client:
         # Disconnections tell that requests in flight are lost (see the module documentation);
         # failed handshakes that corrald refused the connection.
         self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
         )
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
@@ -310,9 +321,17 @@ class Client:
             since = max(start, self._demux.last_heard) if patient else start
             if now - since >= timeout:
                 raise _codec.silence_error(self.endpoint, timeout)
+            connect_by = self._demux.connect_deadline(now)
+            if connect_by is not None:
+                self._read_monitor()  # news the last poll did not wait for
+                connect_by = self._demux.connect_deadline(now)
+                if connect_by is not None and now >= connect_by:
+                    raise _codec.not_running_error(self.endpoint)
             if now - self._demux.last_sent >= interval:
                 self._send_keepalive(now)
             until = min(since + timeout, self._demux.last_sent + interval)
+            if connect_by is not None:
+                until = min(until, connect_by)
             wait_ms = max(1, math.ceil((until - now) * 1000))
             ready = dict(self._poller.poll(wait_ms))
             if self._sock in ready:
@@ -336,6 +355,9 @@ class Client:
             except zmq.Again:
                 return
             event = _codec.monitor_event(frames)
+            if event == zmq.EVENT_CONNECTED:
+                self._demux.connected = True
+                continue
             if event == zmq.EVENT_DISCONNECTED:
                 self._drain()  # answers that arrived before the drop still count
                 self._demux.connection_lost()
@@ -347,13 +369,25 @@ class Client:
                     self._refused = _codec.error_of(*why)
 
     def _call(
-        self, what: str, reply: str, timeout: Optional[float], patient: bool = False, **body: Any
+        self,
+        what: str,
+        reply: str,
+        timeout: Optional[float],
+        patient: bool = False,
+        progress: Optional[Callable[[Progress], None]] = None,
+        **body: Any,
     ) -> Any:
-        """One request, one reply: the reply's ``reply`` body, or the error raised."""
+        """One request, one reply: the reply's ``reply`` body, or the error raised. Progress
+        messages before the reply (a Load or Pin that asked) go to ``progress``."""
         limit = _codec.resolve_timeout(timeout, self.timeout)
         rid = self._start(**body)
         try:
-            resp = self._wait(rid, limit, patient)
+            while True:
+                resp = self._wait(rid, limit, patient)
+                if _codec.body_of(resp) != "progress":
+                    break
+                if progress is not None:
+                    progress(_codec.decode_progress(resp.progress))
         finally:
             self._demux.forget(rid)
         return _codec.expect(resp, reply, what)
@@ -777,23 +811,40 @@ class Client:
         msg = pb.Status(model="" if model is None else _codec.check_str("model", model))
         return _codec.decode_status(self._call("status", "status", timeout, status=msg))
 
-    def load(self, model: str, *, timeout: Optional[float] = None) -> str:
+    def load(
+        self,
+        model: str,
+        *,
+        timeout: Optional[float] = None,
+        progress: Optional[Callable[[Progress], None]] = None,
+    ) -> str:
         """Load ``model`` now (it otherwise loads on first use); returns when it is resident,
         with the daemon's acknowledgement text. The timeout is patient (see the module
-        documentation): loading a big model takes as long as it takes."""
-        msg = pb.Load(model=_codec.check_str("model", model))
-        return str(self._call("load", "ack", timeout, True, load=msg).message)
+        documentation): loading a big model takes as long as it takes. ``progress`` (a callable
+        taking a :class:`~corral.Progress`) is called with each report of the load: loading,
+        merging a variant's adapters, rearranging the weights."""
+        msg = pb.Load(model=_codec.check_str("model", model), progress=progress is not None)
+        return str(self._call("load", "ack", timeout, True, progress, load=msg).message)
 
-    def unload(self, model: str, *, timeout: Optional[float] = None) -> str:
+    def unload(self, model: str, *, force: bool = False, timeout: Optional[float] = None) -> str:
         """Release ``model``'s memory (requests in flight finish first, so the timeout is
-        patient; its sessions are dropped); returns the daemon's acknowledgement text."""
-        msg = pb.Unload(model=_codec.check_str("model", model))
+        patient; its sessions are dropped); returns the daemon's acknowledgement text. A pinned
+        model is refused (FailedPrecondition naming the pin) unless ``force``, which unpins it
+        first."""
+        msg = pb.Unload(model=_codec.check_str("model", model), force=bool(force))
         return str(self._call("unload", "ack", timeout, True, unload=msg).message)
 
-    def pin(self, model: str, *, timeout: Optional[float] = None) -> str:
-        """Pin ``model``: it is never unloaded or swapped out to make room."""
-        msg = pb.Pin(model=_codec.check_str("model", model))
-        return str(self._call("pin", "ack", timeout, pin=msg).message)
+    def pin(
+        self,
+        model: str,
+        *,
+        timeout: Optional[float] = None,
+        progress: Optional[Callable[[Progress], None]] = None,
+    ) -> str:
+        """Load ``model`` (as :meth:`load`, so the timeout is patient) and keep it: it is never
+        unloaded or swapped out to make room. Returns when it is resident and pinned."""
+        msg = pb.Pin(model=_codec.check_str("model", model), progress=progress is not None)
+        return str(self._call("pin", "ack", timeout, True, progress, pin=msg).message)
 
     def unpin(self, model: str, *, timeout: Optional[float] = None) -> str:
         """Undo :meth:`pin`."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Mapping, Tuple, Union
+from typing import Mapping, Optional, Tuple, Union
 
 
 class _StrEnum(str, enum.Enum):
@@ -96,14 +96,42 @@ class Chunk:
     """0, 1, 2, ... within the request."""
 
 
+class ProgressPhase(_StrEnum):
+    """What a request waits on while the daemon reports :class:`Progress`."""
+
+    UNSPECIFIED = "unspecified"
+    """The daemon did not say (or sent a phase this client does not know)."""
+    PREFILL = "prefill"
+    """The prompt runs through the model (``done``/``total`` in tokens)."""
+    LOADING = "loading"
+    """The model is being loaded (``total`` 0: no fraction)."""
+    MERGING = "merging"
+    """A variant's LoRA adapters are merged into its base (tensors)."""
+    REPACKING = "repacking"
+    """The weights are rearranged for the kernels and cached, once per file (tensors)."""
+
+
 @dataclass(frozen=True)
 class Progress:
-    """Prefill progress of a long prompt."""
+    """How far long work a request waits on got: its prompt's prefill, or its model's load."""
 
     prefilled_tokens: int
-    """Prompt tokens run so far."""
+    """Prefill only (0 otherwise): prompt tokens run so far."""
     total_tokens: int
-    """Prompt tokens to run."""
+    """Prefill only: prompt tokens to run."""
+    phase: ProgressPhase = ProgressPhase.PREFILL
+    """What is going on."""
+    done: int = 0
+    """Units of the phase done so far (tokens, tensors)."""
+    total: int = 0
+    """Units of the phase in all; 0 when the phase has no fraction."""
+    model: str = ""
+    """The model the work is for."""
+
+    @property
+    def fraction(self) -> Optional[float]:
+        """``done / total``, or None when the phase has no fraction."""
+        return self.done / self.total if self.total else None
 
 
 @dataclass(frozen=True)
@@ -143,6 +171,9 @@ class Done:
     request ran under no sanitizer profile."""
     queue_steps: int = 0
     """Forward passes of other requests begun between its receipt and its own first step."""
+    dropped_messages: int = 0
+    """Chat messages left out because the conversation outgrew the model's context: its oldest
+    turns after the leading system messages (the model's ``context_overflow: truncate_oldest``)."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +230,8 @@ class ModelInfo:
     """Whether the model is pinned (never unloaded or swapped out to make room)."""
     adapters: tuple[AdapterInfo, ...] = ()
     """For a variant (``path`` is its base): the adapters merged in, in order."""
+    context_overflow: str = ""
+    """What a chat that outgrows the context does: ``"truncate_oldest"`` or ``"error"``."""
 
 
 @dataclass(frozen=True)

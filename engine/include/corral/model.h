@@ -41,6 +41,7 @@
 #include "corral/fault.h"
 #include "corral/gguf.h"
 #include "corral/image.h"
+#include "corral/progress.h"
 #include "corral/status.h"
 #include "corral/threadpool.h"
 #include "corral/tokenizer.h"
@@ -69,6 +70,10 @@ typedef struct model_params {
      * rearranging and memory holds one copy of the weights. NULL: rearranged in memory at every
      * load (fine for small models). Borrowed during model_load only. */
     const char *cache_dir;
+    /* Told how the rearranging goes when a load rearranges weights (the first load of a file, or
+     * one without a cache directory): done/total in tensors, from model_load's thread. A load that
+     * maps an existing image rearranges nothing and reports nothing. Optional. */
+    corral_progress repack_progress;
 } model_params;
 
 /* Hyperparameters read from the file (keys `<arch>.*`), with derived values. */
