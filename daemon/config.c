@@ -6,8 +6,9 @@
  * parent's path with '.' ("limits" + "max_message_bytes"). A path that names a row is parsed by
  * that row's type; a path that is a prefix of some rows is a section and must be a mapping;
  * anything else is an unknown key. A LIST row (models, apps) holds a sequence of mappings, each
- * walked against the row's item table after that table's defaults are applied. The first problem
- * stops the load and is reported with its position.
+ * walked against the row's item table after that table's defaults are applied. A problem is
+ * reported with its position and the walk goes on (the next key, the next entry), so that one
+ * run names every mistake of a file (cfg_report); the load then fails with the first.
  *
  * Defaults are YAML text in the tables and are applied by the same walker, so a default can never
  * be something the file could not say.
@@ -31,6 +32,7 @@
 #include "corral/evict.h"
 #include "corral/paths.h"
 #include "corral/quantize.h"
+#include "corral/suggest.h"
 
 typedef enum cfg_type {
     CFG_TYPE_BYTES,     /* unsigned byte count, with optional K/M/G/T suffix (KiB = 1024) */
@@ -691,9 +693,37 @@ typedef struct cfg_loader {
     yaml_document_t *doc;
     const char *name;     /* file name for messages */
     const char *base_dir; /* for relative paths; NULL = as given */
-    corral_error *err;
+    corral_error *err;    /* the first problem */
+    cfg_report *report;   /* every problem, or NULL */
+    size_t n_problems;
 } cfg_loader;
 
+void cfg_report_add(cfg_report *r, const char *fmt, ...) {
+    if (!r) return;
+    char line[CORRAL_ERROR_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (r->n == r->cap) {
+        const size_t cap = r->cap ? r->cap * 2 : 8;
+        char **grown = realloc(r->problems, cap * sizeof *grown);
+        if (!grown) return; /* out of memory: the first problem is in err all the same */
+        r->problems = grown;
+        r->cap = cap;
+    }
+    if ((r->problems[r->n] = strdup(line))) r->n++;
+}
+
+void cfg_report_free(cfg_report *r) {
+    if (!r) return;
+    for (size_t i = 0; i < r->n; i++) free(r->problems[i]);
+    free(r->problems);
+    *r = (cfg_report){0};
+}
+
+/* Record a problem at node: the first goes to err, every one to the report. The walk goes on
+ * past it where it can, so that one run names every mistake of a file. */
 static corral_status cfg_fail(cfg_loader *ld, const yaml_node_t *node, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static corral_status cfg_fail(cfg_loader *ld, const yaml_node_t *node, const char *fmt, ...) {
@@ -702,8 +732,12 @@ static corral_status cfg_fail(cfg_loader *ld, const yaml_node_t *node, const cha
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return corral_error_set(ld->err, CORRAL_INVALID_ARGUMENT, "%s:%zu:%zu: %s", ld->name,
-                            node->start_mark.line + 1, node->start_mark.column + 1, what);
+    char line[CORRAL_ERROR_MESSAGE_MAX + 64]; /* (cut to the message size when kept) */
+    snprintf(line, sizeof line, "%s:%zu:%zu: %s", ld->name, node->start_mark.line + 1,
+             node->start_mark.column + 1, what);
+    if (ld->n_problems++ == 0) corral_error_set(ld->err, CORRAL_INVALID_ARGUMENT, "%s", line);
+    cfg_report_add(ld->report, "%s", line);
+    return CORRAL_INVALID_ARGUMENT;
 }
 
 static corral_status cfg_oom(cfg_loader *ld) {
@@ -856,6 +890,23 @@ static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *
                                       yaml_node_t *map, const char *prefix);
 static corral_status cfg_apply_defaults(const cfg_table *t, void *base, corral_error *err);
 
+/* Where a model entry and the keys that later checks name are (cfg_model's marks). */
+static void cfg_model_marks(cfg_loader *ld, cfg_model *m, const yaml_node_t *item) {
+    m->cfg_line = (int)item->start_mark.line + 1;
+    m->at = (cfg_pos){(int)item->start_mark.line + 1, (int)item->start_mark.column + 1};
+    m->at_path = m->at_context = m->at_template = m->at;
+    for (yaml_node_pair_t *pair = item->data.mapping.pairs.start;
+         pair < item->data.mapping.pairs.top; pair++) {
+        const yaml_node_t *key = yaml_document_get_node(ld->doc, pair->key);
+        const yaml_node_t *value = yaml_document_get_node(ld->doc, pair->value);
+        if (key->type != YAML_SCALAR_NODE) continue;
+        const cfg_pos at = {(int)value->start_mark.line + 1, (int)value->start_mark.column + 1};
+        if (strcmp(scalar_text(key), "path") == 0) m->at_path = at;
+        if (strcmp(scalar_text(key), "context") == 0) m->at_context = at;
+        if (strcmp(scalar_text(key), "template") == 0) m->at_template = at;
+    }
+}
+
 /* LIST: a sequence of mappings; each item starts from the item table's defaults. */
 static corral_status cfg_set_list(cfg_loader *ld, const cfg_option *opt, void *base,
                                   yaml_node_t *node) {
@@ -870,18 +921,24 @@ static corral_status cfg_set_list(cfg_loader *ld, const cfg_option *opt, void *b
     size_t n = node ? (size_t)(node->data.sequence.items.top - node->data.sequence.items.start) : 0;
     char *items = calloc(n ? n : 1, opt->item_size);
     if (!items) return cfg_oom(ld);
-    corral_status st = CORRAL_OK;
+    /* Every entry is walked, whatever failed before it: one run reports every problem. */
+    corral_status first = CORRAL_OK;
     size_t done = 0;
-    for (; done < n && st == CORRAL_OK; done++) {
+    for (; done < n && first != CORRAL_OUT_OF_MEMORY; done++) {
         yaml_node_t *item = yaml_document_get_node(ld->doc, node->data.sequence.items.start[done]);
         void *ib = items + done * opt->item_size;
+        corral_status st = CORRAL_OK;
         if (item->type != YAML_MAPPING_NODE) {
             st = cfg_fail(ld, item, "%s: each entry must be a mapping, got %s", opt->path,
                           node_kind(item));
-            break;
+            if (first == CORRAL_OK) first = st;
+            continue;
         }
         st = cfg_apply_defaults(it, ib, ld->err);
         if (st == CORRAL_OK) st = cfg_walk_mapping(ld, it, ib, item, "");
+        /* The other checks of the entry still run after a bad key (not after no memory). */
+        corral_status walked = st;
+        if (st == CORRAL_INVALID_ARGUMENT) st = CORRAL_OK;
         /* Required keys. */
         for (size_t k = 0; st == CORRAL_OK && k < it->n; k++) {
             const cfg_option *o = &it->options[k];
@@ -891,27 +948,31 @@ static corral_status cfg_set_list(cfg_loader *ld, const cfg_option *opt, void *b
         }
         /* Names are unique within a list (every list item table starts with `name`). */
         const char *name = *(char **)((char *)ib + it->options[0].offset);
-        for (size_t k = 0; st == CORRAL_OK && k < done; k++) {
+        for (size_t k = 0; st == CORRAL_OK && name && k < done; k++) {
             const char *other = *(char **)(items + k * opt->item_size + it->options[0].offset);
-            if (strcmp(name, other) == 0)
+            if (other && strcmp(name, other) == 0)
                 st = cfg_fail(ld, item, "%s: '%s' is listed twice", opt->path, name);
         }
-        if (st == CORRAL_OK && it == &model_table)
-            ((cfg_model *)ib)->cfg_line = (int)item->start_mark.line + 1;
+        if (it == &model_table) cfg_model_marks(ld, (cfg_model *)ib, item);
+        if (st == CORRAL_OK) st = walked;
+        if (first == CORRAL_OK || st == CORRAL_OUT_OF_MEMORY) first = st;
     }
-    if (st != CORRAL_OK) {
+    if (first == CORRAL_OUT_OF_MEMORY) {
         for (size_t k = 0; k < (done < n ? done + 1 : n); k++)
             cfg_free_fields(it, items + k * opt->item_size);
         free(items);
-        return st;
+        return first;
     }
+    /* With problems too the entries are kept (a key that failed left its default, or NULL): the
+     * load fails, but the checks that read entries still run over them first, so that one run
+     * reports every problem. */
     void **field = (void **)((char *)base + opt->offset);
     size_t *count = (size_t *)((char *)base + opt->count_offset);
     for (size_t k = 0; k < *count; k++) cfg_free_fields(it, (char *)*field + k * opt->item_size);
     free(*field);
     *field = items;
     *count = n;
-    return CORRAL_OK;
+    return first;
 }
 
 static void free_steps(cfg_policy_step *steps, size_t n) {
@@ -1150,43 +1211,82 @@ static corral_status cfg_set_option(cfg_loader *ld, const cfg_option *opt, void 
     return CORRAL_OK;
 }
 
+/* "unknown key 'limits.max_mesage_bytes' (did you mean 'limits.max_message_bytes'?)": the
+ * table's keys and sections are the candidates. */
+static corral_status cfg_unknown_key(cfg_loader *ld, const cfg_table *t, const yaml_node_t *key,
+                                     const char *path) {
+    const char *names[2 * 64];
+    char sections[64][128];
+    size_t n = 0, n_sections = 0;
+    for (size_t i = 0; i < t->n && n < sizeof names / sizeof names[0]; i++) {
+        names[n++] = t->options[i].path;
+        /* Its section ("limits" of "limits.queue_per_model"), once. */
+        const char *dot = strchr(t->options[i].path, '.');
+        if (!dot || n_sections == sizeof sections / sizeof sections[0]) continue;
+        const int len = (int)(dot - t->options[i].path);
+        bool seen = false;
+        for (size_t k = 0; k < n_sections && !seen; k++)
+            seen = strncmp(sections[k], t->options[i].path, (size_t)len) == 0 &&
+                   sections[k][len] == '\0';
+        if (seen || n == sizeof names / sizeof names[0]) continue;
+        snprintf(sections[n_sections], sizeof sections[0], "%.*s", len, t->options[i].path);
+        names[n++] = sections[n_sections++];
+    }
+    char hint[200] = "";
+    suggest_append(hint, sizeof hint, path, names, n);
+    return cfg_fail(ld, key, "unknown key '%s'%s", path, hint);
+}
+
 static corral_status cfg_walk_mapping(cfg_loader *ld, const cfg_table *t, void *base,
                                       yaml_node_t *map, const char *prefix) {
+    /* Every key is tried, whatever failed before it: one run reports every problem. */
+    corral_status first = CORRAL_OK;
     for (yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
          pair++) {
         yaml_node_t *key = yaml_document_get_node(ld->doc, pair->key);
         yaml_node_t *value = yaml_document_get_node(ld->doc, pair->value);
-        if (key->type != YAML_SCALAR_NODE)
-            return cfg_fail(ld, key, "keys must be plain names, got %s", node_kind(key));
+        corral_status st = CORRAL_OK;
+        if (key->type != YAML_SCALAR_NODE) {
+            st = cfg_fail(ld, key, "keys must be plain names, got %s", node_kind(key));
+            goto next;
+        }
 
         /* Duplicate keys are almost always a mistake; refuse them rather than pick one. */
         for (yaml_node_pair_t *prev = map->data.mapping.pairs.start; prev < pair; prev++) {
             yaml_node_t *prev_key = yaml_document_get_node(ld->doc, prev->key);
             if (prev_key->type == YAML_SCALAR_NODE &&
-                strcmp(scalar_text(prev_key), scalar_text(key)) == 0)
-                return cfg_fail(ld, key, "duplicate key '%s' (first at line %zu)", scalar_text(key),
-                                prev_key->start_mark.line + 1);
+                strcmp(scalar_text(prev_key), scalar_text(key)) == 0) {
+                st = cfg_fail(ld, key, "duplicate key '%s' (first at line %zu)", scalar_text(key),
+                              prev_key->start_mark.line + 1);
+                goto next;
+            }
         }
 
         char path[256];
         int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", scalar_text(key));
-        if (n < 0 || (size_t)n >= sizeof path) return cfg_fail(ld, key, "key path too long");
+        if (n < 0 || (size_t)n >= sizeof path) {
+            st = cfg_fail(ld, key, "key path too long");
+            goto next;
+        }
 
         const cfg_option *opt = cfg_find_option(t, path);
-        corral_status st;
         if (opt) {
             st = cfg_set_option(ld, opt, base, value);
         } else if (cfg_is_section(t, path)) {
             if (value->type != YAML_MAPPING_NODE)
-                return cfg_fail(ld, value, "%s: expected a mapping (a section), got %s", path,
-                                node_kind(value));
-            st = cfg_walk_mapping(ld, t, base, value, path);
+                st = cfg_fail(ld, value, "%s: expected a mapping (a section), got %s", path,
+                              node_kind(value));
+            else
+                st = cfg_walk_mapping(ld, t, base, value, path);
         } else {
-            return cfg_fail(ld, key, "unknown key '%s'", path);
+            st = cfg_unknown_key(ld, t, key, path);
         }
-        if (st != CORRAL_OK) return st;
+    next:
+        /* Running out of memory ends the walk; a problem of the file does not. */
+        if (st == CORRAL_OUT_OF_MEMORY) return st;
+        if (first == CORRAL_OK) first = st;
     }
-    return CORRAL_OK;
+    return first;
 }
 
 /* The deepest nesting of lists and mappings a file may have. corrald's own keys go six levels
@@ -1252,9 +1352,13 @@ static corral_status cfg_check_nesting(const char *text, size_t len, const char 
 /* Parse `text` as a YAML document and apply it to base through table t. An empty document
  * changes nothing. */
 static corral_status cfg_apply_yaml(const cfg_table *t, void *base, const char *text, size_t len,
-                                    const char *name, const char *base_dir, corral_error *err) {
+                                    const char *name, const char *base_dir, cfg_report *report,
+                                    corral_error *err) {
     const corral_status deep = cfg_check_nesting(text, len, name, err);
-    if (deep != CORRAL_OK) return deep;
+    if (deep != CORRAL_OK) {
+        cfg_report_add(report, "%s", err->message);
+        return deep;
+    }
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser))
         return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "cannot initialise the YAML parser");
@@ -1265,13 +1369,15 @@ static corral_status cfg_apply_yaml(const cfg_table *t, void *base, const char *
             corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s:%zu:%zu: YAML syntax error: %s",
                              name, parser.problem_mark.line + 1, parser.problem_mark.column + 1,
                              parser.problem ? parser.problem : "unknown problem");
+        cfg_report_add(report, "%s", err->message);
         yaml_parser_delete(&parser);
         return st;
     }
     corral_status st = CORRAL_OK;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root) {
-        cfg_loader ld = {.doc = &doc, .name = name, .base_dir = base_dir, .err = err};
+        cfg_loader ld = {
+            .doc = &doc, .name = name, .base_dir = base_dir, .err = err, .report = report};
         if (root->type == YAML_MAPPING_NODE)
             st = cfg_walk_mapping(&ld, t, base, root, "");
         else if (!(root->type == YAML_SCALAR_NODE && scalar_text(root)[0] == '\0'))
@@ -1298,7 +1404,8 @@ static corral_status cfg_apply_defaults(const cfg_table *t, void *base, corral_e
         len += (size_t)snprintf(text + len, sizeof text - len, "%s: %s", seg, opt->default_value);
         for (int d = 0; d < depth; d++) len += (size_t)snprintf(text + len, sizeof text - len, "}");
         corral_error why;
-        if (cfg_apply_yaml(t, base, text, len, "(built-in defaults)", NULL, &why) != CORRAL_OK)
+        if (cfg_apply_yaml(t, base, text, len, "(built-in defaults)", NULL, NULL, &why) !=
+            CORRAL_OK)
             return corral_error_set(err, CORRAL_INTERNAL, "default of %s is invalid: %s", opt->path,
                                     why.message);
         /* A default is not "given": clear the has_ flag the parser set. */
@@ -1369,89 +1476,115 @@ static bool app_name_ok(const char *s) {
     return true;
 }
 
-/* Checks that span keys: the watermarks' order, model files, apps naming real models. */
-static corral_status cfg_check_whole(cfg *c, const char *name, corral_error *err) {
+/* Problems of checks that span keys go to err (the first) and the report (each), as the walk's. */
+typedef struct cfg_checker {
+    corral_error *err;
+    cfg_report *report;
+    size_t n;
+} cfg_checker;
+
+static void cfg_problem(cfg_checker *ck, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void cfg_problem(cfg_checker *ck, const char *fmt, ...) {
+    char line[CORRAL_ERROR_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (ck->n++ == 0) corral_error_set(ck->err, CORRAL_INVALID_ARGUMENT, "%s", line);
+    cfg_report_add(ck->report, "%s", line);
+}
+
+/* " (did you mean 'X'?)" for the closest of n names taken from items of `size` bytes whose
+ * first field is their name (cfg_model, cfg_app, cfg_sanitizer), or "". */
+static const char *cfg_hint(char *buf, size_t size, const char *word, const void *items, size_t n,
+                            size_t item_size) {
+    buf[0] = '\0';
+    const char *names[256];
+    const size_t count = n < 256 ? n : 256;
+    for (size_t i = 0; i < count; i++)
+        names[i] = *(char *const *)((const char *)items + i * item_size);
+    return suggest_append(buf, size, word, names, count);
+}
+
+/* Checks that span keys: the watermarks' order, model files, profiles and apps naming what
+ * exists. Every problem is reported, not only the first. */
+static corral_status cfg_check_whole(cfg *c, const char *name, cfg_report *report,
+                                     corral_error *err) {
+    cfg_checker ck = {.err = err, .report = report};
+    char hint[160];
     if (c->low_watermark >= c->high_watermark)
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "%s: memory.low_watermark (%g) must be below high_watermark (%g)",
-                                name, c->low_watermark, c->high_watermark);
+        cfg_problem(&ck, "%s: memory.low_watermark (%g) must be below high_watermark (%g)", name,
+                    c->low_watermark, c->high_watermark);
     for (size_t i = 0; i < c->n_models; i++) {
+        const cfg_model *m = &c->models[i];
+        if (!m->name || !m->path) continue; /* reported by the walk */
         struct stat st;
-        if (stat(c->models[i].path, &st) != 0 || !S_ISREG(st.st_mode))
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "%s:%d:3: model '%s': file %s: %s", name, c->models[i].cfg_line,
-                                    c->models[i].name, c->models[i].path,
-                                    errno ? strerror(errno) : "not a regular file");
-    }
-    for (size_t i = 0; i < c->n_models; i++)
-        for (size_t k = 0; k < c->models[i].n_adapters; k++) {
-            struct stat st;
-            if (stat(c->models[i].adapters[k].path, &st) != 0)
-                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                        "%s:%d:3: model '%s': adapter %s: %s", name,
-                                        c->models[i].cfg_line, c->models[i].name,
-                                        c->models[i].adapters[k].path, strerror(errno));
-        }
-    for (size_t i = 0; i < c->n_models; i++) {
+        errno = 0;
+        if (stat(m->path, &st) != 0 || !S_ISREG(st.st_mode))
+            cfg_problem(&ck, "%s:%d:%d: model '%s': file %s: %s", name, m->at_path.line,
+                        m->at_path.col, m->name, m->path,
+                        errno ? strerror(errno) : "not a regular file");
+        for (size_t k = 0; k < m->n_adapters; k++)
+            if (stat(m->adapters[k].path, &st) != 0)
+                cfg_problem(&ck, "%s:%d:%d: model '%s': adapter %s: %s", name, m->at.line,
+                            m->at.col, m->name, m->adapters[k].path, strerror(errno));
         quantize_ftype ft;
-        if (c->models[i].quantize && quantize_ftype_from_name(c->models[i].quantize, &ft) != 0)
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "%s:%d:3: model '%s': quantize: '%s' is not one of %s", name,
-                                    c->models[i].cfg_line, c->models[i].name,
-                                    c->models[i].quantize, quantize_ftype_names());
+        if (m->quantize && quantize_ftype_from_name(m->quantize, &ft) != 0)
+            cfg_problem(&ck, "%s:%d:%d: model '%s': quantize: '%s' is not one of %s", name,
+                        m->at.line, m->at.col, m->name, m->quantize, quantize_ftype_names());
+        if (m->sanitizer && !cfg_find_sanitizer(c, m->sanitizer))
+            cfg_problem(&ck,
+                        "%s:%d:%d: model '%s' names sanitizer profile '%s', which is not in "
+                        "`sanitizers`%s",
+                        name, m->at.line, m->at.col, m->name, m->sanitizer,
+                        cfg_hint(hint, sizeof hint, m->sanitizer, c->sanitizers, c->n_sanitizers,
+                                 sizeof *c->sanitizers));
     }
-    for (size_t i = 0; i < c->n_models; i++)
-        if (c->models[i].sanitizer && !cfg_find_sanitizer(c, c->models[i].sanitizer))
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "%s:%d:3: model '%s' names sanitizer profile '%s', which is "
-                                    "not in `sanitizers`",
-                                    name, c->models[i].cfg_line, c->models[i].name,
-                                    c->models[i].sanitizer);
     for (size_t i = 0; i < c->n_apps; i++) {
         const cfg_app *a = &c->apps[i];
+        if (!a->name) continue;
         if (!app_name_ok(a->name))
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "%s: app '%s': a name is 1 to 63 letters, digits, '.', '_' or "
-                                    "'-'",
-                                    name, a->name);
+            cfg_problem(&ck, "%s: app '%s': a name is 1 to 63 letters, digits, '.', '_' or '-'",
+                        name, a->name);
         for (size_t k = 0; k < a->n_curve_keys; k++)
             if (!curve_key_valid(a->curve_keys[k]))
-                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                        "%s: app '%s': curve_keys entry %zu is not a CURVE public "
-                                        "key (40 characters of z85, as `corral keygen` writes "
-                                        "in NAME.pub)",
-                                        name, a->name, k + 1);
+                cfg_problem(&ck,
+                            "%s: app '%s': curve_keys entry %zu is not a CURVE public key (40 "
+                            "characters of z85, as `corral keygen` writes in NAME.pub)",
+                            name, a->name, k + 1);
+        if (a->sanitizer && !cfg_find_sanitizer(c, a->sanitizer))
+            cfg_problem(&ck,
+                        "%s: app '%s' names sanitizer profile '%s', which is not in "
+                        "`sanitizers`%s",
+                        name, a->name, a->sanitizer,
+                        cfg_hint(hint, sizeof hint, a->sanitizer, c->sanitizers, c->n_sanitizers,
+                                 sizeof *c->sanitizers));
+        for (size_t k = 0; k < a->n_models; k++)
+            if (!cfg_find_model(c, a->models[k]))
+                cfg_problem(&ck, "%s: app '%s' names model '%s', which is not configured%s", name,
+                            a->name, a->models[k],
+                            cfg_hint(hint, sizeof hint, a->models[k], c->models, c->n_models,
+                                     sizeof *c->models));
     }
-    for (size_t i = 0; i < c->n_apps; i++)
-        if (c->apps[i].sanitizer && !cfg_find_sanitizer(c, c->apps[i].sanitizer))
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "%s: app '%s' names sanitizer profile '%s', which is not in "
-                                    "`sanitizers`",
-                                    name, c->apps[i].name, c->apps[i].sanitizer);
-    for (size_t i = 0; i < c->n_apps; i++)
-        for (size_t k = 0; k < c->apps[i].n_models; k++)
-            if (!cfg_find_model(c, c->apps[i].models[k]))
-                return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                        "%s: app '%s' names model '%s', which is not configured",
-                                        name, c->apps[i].name, c->apps[i].models[k]);
     if (c->default_app && !cfg_find_app(c, c->default_app))
-        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                "%s: auth.default_app names app '%s', which is not in `apps`", name,
-                                c->default_app);
+        cfg_problem(
+            &ck, "%s: auth.default_app names app '%s', which is not in `apps`%s", name,
+            c->default_app,
+            cfg_hint(hint, sizeof hint, c->default_app, c->apps, c->n_apps, sizeof *c->apps));
     /* The HTTP API: well-formed addresses, and keys before anything beyond loopback. */
     for (size_t i = 0; i < c->n_http_listen; i++) {
         endpoint_addr addr;
         corral_error why;
         if (endpoint_parse_address(c->http_listen[i], &addr, &why) != CORRAL_OK)
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s: http.listen: %s", name,
-                                    why.message);
-        if (!addr.loopback && c->n_http_keys == 0)
-            return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                                    "%s: http.listen: '%s' is not a loopback address; serving "
-                                    "beyond this machine needs http.keys",
-                                    name, c->http_listen[i]);
+            cfg_problem(&ck, "%s: http.listen: %s", name, why.message);
+        else if (!addr.loopback && c->n_http_keys == 0)
+            cfg_problem(&ck,
+                        "%s: http.listen: '%s' is not a loopback address; serving beyond this "
+                        "machine needs http.keys",
+                        name, c->http_listen[i]);
     }
-    return CORRAL_OK;
+    return ck.n ? CORRAL_INVALID_ARGUMENT : CORRAL_OK;
 }
 
 /* The defaults that depend on who runs corrald: its swap and cache folders are the user's own
@@ -1481,23 +1614,63 @@ cfg *cfg_new_defaults(corral_error *err) {
     return c;
 }
 
-/* Load text with relative paths resolved against base_dir. */
+/* Load text with relative paths resolved against base_dir. When the walk found problems, the
+ * checks that span keys still run over what was read (a model's file, a profile's name), so
+ * that one run reports them all; err gets the first, with how many more there are. */
 static cfg *cfg_load_text(const char *text, size_t len, const char *name, const char *base_dir,
-                          corral_error *err) {
+                          cfg_report *report, cfg_check_fn extra, corral_error *err) {
     cfg *c = cfg_new_defaults(err);
     if (!c) return NULL;
-    if (cfg_apply_yaml(&root_table, c, text, len, name, base_dir, err) != CORRAL_OK ||
-        cfg_check_whole(c, name, err) != CORRAL_OK)
+    cfg_report own = {0};
+    cfg_report *rep = report ? report : &own;
+    const size_t before = rep->n;
+    corral_error first;
+    const corral_status walked =
+        cfg_apply_yaml(&root_table, c, text, len, name, base_dir, rep, &first);
+    corral_error second;
+    bool checked =
+        walked == CORRAL_OUT_OF_MEMORY || cfg_check_whole(c, name, rep, &second) == CORRAL_OK;
+    /* The caller's checks (the models' files: config_check.c) run over what was read, problems
+     * or not; when the file itself had none, their first problem is the one err reports. */
+    if (extra && walked != CORRAL_OUT_OF_MEMORY) {
+        corral_error third;
+        if (extra(c, name, rep, &third) != CORRAL_OK && checked) {
+            checked = false;
+            second = third;
+        }
+    }
+    if (walked != CORRAL_OK || !checked) {
+        *err = walked != CORRAL_OK ? first : second;
+        const size_t more = rep->n - before;
+        if (more > 1)
+            corral_error_set(err, err->status,
+                             "%s (and %zu more problem%s: corrald -c %s "
+                             "--check-config lists them all)",
+                             first.message[0] && walked != CORRAL_OK ? first.message
+                                                                     : second.message,
+                             more - 1, more == 2 ? "" : "s", name);
         cfg_destroy(&c);
+    }
+    cfg_report_free(&own);
     return c;
 }
 
 cfg *cfg_load_string(const char *text, size_t len, const char *name, corral_error *err) {
+    return cfg_load_string_report(text, len, name, NULL, NULL, err);
+}
+
+cfg *cfg_load_string_report(const char *text, size_t len, const char *name, cfg_report *report,
+                            cfg_check_fn extra, corral_error *err) {
     char cwd[PATH_MAX];
-    return cfg_load_text(text, len, name, getcwd(cwd, sizeof cwd) ? cwd : NULL, err);
+    return cfg_load_text(text, len, name, getcwd(cwd, sizeof cwd) ? cwd : NULL, report, extra, err);
 }
 
 cfg *cfg_load_file(const char *path, corral_error *err) {
+    return cfg_load_file_report(path, NULL, NULL, err);
+}
+
+cfg *cfg_load_file_report(const char *path, cfg_report *report, cfg_check_fn extra,
+                          corral_error *err) {
     /* Non-blocking open, then a regular-file check: a FIFO or a device named as the config must
      * not freeze the reader. */
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -1549,7 +1722,7 @@ cfg *cfg_load_file(const char *path, corral_error *err) {
         size_t n = strlen(dir);
         snprintf(dir + n, sizeof dir - n, "/%.*s", (int)(slash - path), path);
     }
-    cfg *c = cfg_load_text(text, len, path, dir, err);
+    cfg *c = cfg_load_text(text, len, path, dir, report, extra, err);
     free(text);
     if (c) {
         c->source_path = strdup(path);

@@ -77,6 +77,11 @@ typedef struct cfg_adapter {
     float scale; /* multiplies the adapter's alpha/r */
 } cfg_adapter;
 
+/* A place in the configuration file (1-based), for messages about what was read there. */
+typedef struct cfg_pos {
+    int line, col;
+} cfg_pos;
+
 typedef struct cfg_model {
     char *name;      /* unique; what clients ask for */
     char *path;      /* the GGUF file, absolute (relative paths resolve against the
@@ -96,6 +101,7 @@ typedef struct cfg_model {
     char *sanitizer;       /* profile applied to its input; NULL: none */
     cfg_sampling defaults;
     int cfg_line; /* where the entry starts, for messages */
+    cfg_pos at, at_path, at_context, at_template; /* the entry, and its keys' values (else at) */
 } cfg_model;
 
 /* An app: who may act as it (SECURITY.md; the daemon establishes a request's app from the
@@ -177,6 +183,19 @@ typedef struct cfg {
     char *default_app;     /* the app whose rules apply to the default app ""; NULL: built-in */
 } cfg;
 
+/* Every problem found in a configuration, in the order found, each "file:line:column: message"
+ * (some, about the whole file, "file: message"). */
+typedef struct cfg_report {
+    char **problems;
+    size_t n, cap;
+} cfg_report;
+
+/* Append a problem (printf format). Out of memory drops it. NULL-safe (does nothing). */
+void cfg_report_add(cfg_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Free the problems; the report is empty again. NULL-safe. */
+void cfg_report_free(cfg_report *r);
+
 /* A configuration holding every default. Caller owns the result (cfg_destroy). NULL only when
  * memory runs out, with err set. */
 cfg *cfg_new_defaults(corral_error *err);
@@ -187,9 +206,36 @@ cfg *cfg_new_defaults(corral_error *err);
  * (including a model whose file does not exist). */
 cfg *cfg_load_file(const char *path, corral_error *err);
 
+/* A check of a configuration beyond its text (cfg_check_models), for the loaders below. It may
+ * see a configuration with problems: entries whose keys failed (a NULL name or path) it skips. */
+typedef corral_status (*cfg_check_fn)(const cfg *c, const char *name, cfg_report *report,
+                                      corral_error *err);
+
+/* cfg_load_file, appending every problem of the file to *report (not only the first): unknown
+ * keys with the likeliest meant one, values out of range, missing files, names of profiles,
+ * models and apps that do not exist. The walk goes on past a problem wherever it can, and
+ * `extra` (may be NULL) runs over what was read whether or not the file had problems, its own
+ * problems appended too: one run reports everything. */
+cfg *cfg_load_file_report(const char *path, cfg_report *report, cfg_check_fn extra,
+                          corral_error *err);
+
 /* Parse YAML text (for tests and for files already in memory); `name` is used in messages and
  * relative model paths resolve against the current directory. */
 cfg *cfg_load_string(const char *text, size_t len, const char *name, corral_error *err);
+cfg *cfg_load_string_report(const char *text, size_t len, const char *name, cfg_report *report,
+                            cfg_check_fn extra, corral_error *err);
+
+/* Check what the configured models are, beyond their files' existence, without loading their
+ * weights: each model file's header as a load would read it (GGUF magic and version, every count
+ * and offset, a supported architecture, its hyperparameters, every tensor it needs with its
+ * shape and type, its vocabulary), each adapter against its base, `context` against the model's
+ * own, `template` against the known chat templates (with the closest name). Each problem is
+ * appended to *report (may be NULL) as "name:line:column: model 'x': ..." (name: the file's, as
+ * messages give it; NULL: c->source_path); returns CORRAL_OK or
+ * CORRAL_INVALID_ARGUMENT with err holding the first (config_check.c). For startup,
+ * --check-config and reloads. */
+corral_status cfg_check_models(const cfg *c, const char *name, cfg_report *report,
+                               corral_error *err);
 
 /* Free a configuration. NULL-safe; sets *c to NULL. */
 void cfg_destroy(cfg **c);

@@ -23,7 +23,9 @@
 #include "front_zmq.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -100,6 +102,7 @@ struct front_zmq {
     zreq *inflight;
     peer *peers;
     bool stopping;
+    char config_path[PATH_MAX]; /* the config file, absolute, for Pong ("" on defaults) */
 };
 
 static int64_t mono_us(void) {
@@ -154,6 +157,9 @@ front_zmq *front_zmq_new(const cfg *c, corral_error *err) {
         return NULL;
     }
     f->config = c;
+    /* Absolute, so that a client (`corral add`) can tell whether this is the file it edits. */
+    if (c->source_path && !realpath(c->source_path, f->config_path))
+        snprintf(f->config_path, sizeof f->config_path, "%s", c->source_path);
     f->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (f->event_fd < 0) {
         corral_error_set(err, CORRAL_INTERNAL, "eventfd: %s", strerror(errno));
@@ -539,7 +545,8 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
     }
     if (req->body_case == CORRAL__V1__REQUEST__BODY_PING) {
         send_direct(f, peer_id, peer_len,
-                    zproto_pack_pong(&f->buf, req->id, core_uptime_ms(f->core)), req->id);
+                    zproto_pack_pong(&f->buf, req->id, core_uptime_ms(f->core), f->config_path),
+                    req->id);
         corral__v1__request__free_unpacked(req, NULL);
         return;
     }

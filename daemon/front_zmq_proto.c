@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "corral/utf8.h"
 #include "corral/version.h"
@@ -247,11 +248,13 @@ size_t zproto_pack_ack(zproto_buf *b, uint64_t id, const char *message) {
     return pack(b, &r);
 }
 
-size_t zproto_pack_pong(zproto_buf *b, uint64_t id, uint64_t uptime_ms) {
+size_t zproto_pack_pong(zproto_buf *b, uint64_t id, uint64_t uptime_ms, const char *config_path) {
     Corral__V1__Pong p = CORRAL__V1__PONG__INIT;
     p.version = CORRAL_VERSION;
     p.protocol_version = CORRAL__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
     p.uptime_ms = uptime_ms;
+    p.pid = (uint32_t)getpid();
+    p.config_path = (char *)(config_path ? config_path : "");
     Corral__V1__Response r = CORRAL__V1__RESPONSE__INIT;
     r.id = id;
     r.body_case = CORRAL__V1__RESPONSE__BODY_PONG;

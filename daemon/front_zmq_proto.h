@@ -42,7 +42,7 @@ corral_status zproto_to_core(const Corral__V1__Request *req, core_request *out, 
  * runs out (the message is then lost; the caller logs it). */
 size_t zproto_pack_error(zproto_buf *b, uint64_t id, corral_status code, const char *message);
 size_t zproto_pack_ack(zproto_buf *b, uint64_t id, const char *message);
-size_t zproto_pack_pong(zproto_buf *b, uint64_t id, uint64_t uptime_ms);
+size_t zproto_pack_pong(zproto_buf *b, uint64_t id, uint64_t uptime_ms, const char *config_path);
 size_t zproto_pack_progress(zproto_buf *b, uint64_t id, const job_progress *p, const char *model);
 size_t zproto_pack_chunk(zproto_buf *b, uint64_t id, const job_text *t, uint32_t index);
 size_t zproto_pack_done(zproto_buf *b, uint64_t id, const core_done *d);

@@ -47,7 +47,9 @@ static void print_usage(FILE *out) {
             "                         http.listen, e.g. 127.0.0.1:11435)\n"
             "      --log-level LEVEL  error, warn, info, debug or trace (overrides\n"
             "                         $CORRAL_LOG_LEVEL and the config's log_level)\n"
-            "      --check-config     load and check the configuration, print the result, exit\n"
+            "      --check-config     load and check the configuration (every problem, each\n"
+            "                         model file's header, templates, contexts), print the\n"
+            "                         result, exit\n"
             "      --help-config      list every configuration key with its default, exit\n"
             "  -V, --version          print versions (corral, jemalloc) and CPU features, exit\n"
             "  -h, --help             print this help, exit\n"
@@ -127,15 +129,25 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    /* Configuration. */
+    /* Configuration: every problem of the file is printed, then those of the models it names
+     * (their files' headers, templates, contexts), before anything starts. */
     corral_error err = {0};
     char found[PATH_MAX];
     if (!config_path && cfg_find_default_file(found, sizeof found)) config_path = found;
-    cfg *config = config_path ? cfg_load_file(config_path, &err) : cfg_new_defaults(&err);
+    cfg_report problems = {0};
+    cfg *config = config_path ? cfg_load_file_report(config_path, &problems, cfg_check_models, &err)
+                              : cfg_new_defaults(&err);
     if (!config) {
-        fprintf(stderr, "corrald: %s\n", err.message);
+        if (problems.n == 0) fprintf(stderr, "corrald: %s\n", err.message);
+        for (size_t i = 0; i < problems.n; i++)
+            fprintf(stderr, "corrald: %s\n", problems.problems[i]);
+        if (problems.n > 1)
+            fprintf(stderr, "corrald: %zu problems in %s\n", problems.n,
+                    config_path ? config_path : "the configuration");
+        cfg_report_free(&problems);
         return 1;
     }
+    cfg_report_free(&problems);
     if (n_listen_flags > 0) {
         for (size_t i = 0; i < config->n_listen; i++) free(config->listen[i]);
         free(config->listen);

@@ -76,7 +76,9 @@ typedef struct reload_task {
 
 static void reload_run(actor_task *base) {
     reload_task *t = (reload_task *)base;
-    cfg *c = cfg_load_file(t->path, &t->err);
+    /* The models it names are checked as at start (headers, templates, contexts): a reload that
+     * would fail their every request is refused, and the running configuration kept. */
+    cfg *c = cfg_load_file_report(t->path, NULL, cfg_check_models, &t->err);
     if (!c) return;
     if (c->n_models == 0 && t->running_models > 0) {
         /* An empty or truncated file reads as the built-in defaults: every model gone. */

@@ -545,6 +545,9 @@ corral_status corral_client_ping(corral_client *c, int timeout_ms, corral_pong *
                  resp->pong->version ? resp->pong->version : "");
         pong->protocol_version = resp->pong->protocol_version;
         pong->uptime_ms = resp->pong->uptime_ms;
+        pong->pid = resp->pong->pid;
+        snprintf(pong->config_path, sizeof pong->config_path, "%s",
+                 resp->pong->config_path ? resp->pong->config_path : "");
     }
     corral__v1__response__free_unpacked(resp, NULL);
     return CORRAL_OK;

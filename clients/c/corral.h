@@ -125,6 +125,8 @@ typedef struct corral_pong {
     char version[32];          /* corral version of the daemon, e.g. "0.1.0" */
     uint32_t protocol_version; /* the daemon's protocol revision */
     uint64_t uptime_ms;        /* milliseconds since the daemon started */
+    uint32_t pid;              /* the daemon's process id (0 from older daemons) */
+    char config_path[1024];    /* the configuration file it reads, absolute ("" on defaults) */
 } corral_pong;
 
 /* Ask the daemon whether it is alive. Returns CORRAL_OK and fills *pong (may be NULL), or

@@ -8,6 +8,7 @@
 #ifndef CORRAL_CLI_H
 #define CORRAL_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,11 @@ int cmd_unload(int argc, char **argv);
 int cmd_pin(int argc, char **argv);
 int cmd_unpin(int argc, char **argv);
 
+/* Commands that edit the user's configuration, and show one model (cmd_config.c). */
+int cmd_add(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+
 /* Global options of the daemon commands (NULL: not given): --endpoint URL, --app NAME, and the
  * CURVE keys of tcp endpoints --server-key KEY, --server-key-file FILE, --client-key-file FILE. */
 extern const char *cli_endpoint;
@@ -49,6 +55,27 @@ extern const char *cli_client_key_file;
 /* Take the global options that come before the command name (argv[1], argv[2], ...). Returns how
  * many arguments they took, or -1 after a message if one lacks its value. */
 int cli_parse_global_options(int argc, char **argv);
+
+/* The progress line on stderr (progress.c): drawn in place while long work runs, only when
+ * stderr is a terminal; erased with cli_progress_clear before anything else is printed. */
+typedef struct cli_progress {
+    bool tty;                /* stderr is a terminal: draw; otherwise every call does nothing */
+    bool shown;              /* a line is on the screen */
+    char label[128];         /* what the work is for ("stories", a file name) */
+    char what[64];           /* the phase last drawn */
+    const char *engine_what; /* cli_progress_engine's phase word ("writing", "merging") */
+    int64_t drawn_ms;
+} cli_progress;
+
+/* Start a progress line for `label` (may be NULL). */
+void cli_progress_init(cli_progress *p, const char *label);
+/* Show `what` (a phase: "loading", "repacking") at done of total (total 0: no fraction). */
+void cli_progress_show(cli_progress *p, const char *what, uint64_t done, uint64_t total);
+/* Erase the line, if one is shown. */
+void cli_progress_clear(cli_progress *p);
+/* A corral_progress_fn (corral/progress.h) for the engine's work: user is a cli_progress whose
+ * engine_what names the phase. */
+void cli_progress_engine(void *user, uint64_t done, uint64_t total);
 
 /* Print "corral <cmd>: <message>" to stderr; returns 1 (for `return cli_fail(...)`). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -79,9 +79,9 @@ END_TEST
 START_TEST(test_kept_parts_go_last_oldest_first) {
     budget_params p = params(100, "lru");
     /* Kept parts are older than the session, yet the session goes first; then the kept parts,
-     * oldest first. */
+     * oldest first. (The busy model may end its requests: a wait, not a NEVER.) */
     budget_holder h[] = {model("k1", 10, 5, BUDGET_KEPT), model("k2", 10, 1, BUDGET_KEPT),
-                         session("s", 10, 50, 0), model("pinned", 60, 0, BUDGET_PINNED)};
+                         session("s", 10, 50, 0), model("busy", 60, 0, BUDGET_IN_USE)};
     size_t v[4], nv;
     /* 90 held + 45 needed: all 30 evictable MiB go (the target is the low watermark, 70) and
      * 60 + 45 is still over the limit. */
@@ -95,6 +95,31 @@ START_TEST(test_kept_parts_go_last_oldest_first) {
      * asynchronous): 90 - 20 + 10 = 80 <= 100. */
     ck_assert_int_eq(budget_plan(&p, sum(h, 4), 10 * MIB, h, 4, 1000, v, &nv), BUDGET_FITS);
     ck_assert_uint_eq(nv, 3);
+}
+END_TEST
+
+/* What nothing will ever give back — pinned holders, the holder the room is for — plus the
+ * request over the limit: NEVER at once, with no victims, instead of FULL and a wait for nothing
+ * (issue 20, finding 4). Busy holders alone keep it FULL: their requests end. */
+START_TEST(test_what_stays_held_makes_a_request_that_can_never_fit) {
+    budget_params p = params(100, "lru");
+    budget_holder h[] = {model("pinned", 40, 0, BUDGET_PINNED), model("idle", 20, 5, 0),
+                         model("target", 30, 9, BUDGET_IN_USE | BUDGET_TARGET)};
+    size_t v[3], nv = 7;
+    ck_assert_uint_eq(budget_fixed_bytes(h, 3), 70 * MIB);
+    /* 70 stay held: 31 more can never fit, though 31 < 100 and 20 could be evicted. */
+    ck_assert_int_eq(budget_plan(&p, sum(h, 3), 31 * MIB, h, 3, 1000, v, &nv), BUDGET_NEVER);
+    ck_assert_uint_eq(nv, 0);
+    /* 30 fit once the idle model goes. */
+    ck_assert_int_eq(budget_plan(&p, sum(h, 3), 30 * MIB, h, 3, 1000, v, &nv), BUDGET_FITS);
+    ck_assert_uint_eq(nv, 1);
+    ck_assert_uint_eq(v[0], 1);
+    /* The same holders merely busy: the request waits for them (FULL), never NEVER. */
+    h[0].flags = BUDGET_IN_USE;
+    h[2].flags = BUDGET_IN_USE;
+    ck_assert_int_eq(budget_plan(&p, sum(h, 3), 31 * MIB, h, 3, 1000, v, &nv), BUDGET_FULL);
+    /* More than the whole limit: NEVER whatever is held. */
+    ck_assert_int_eq(budget_plan(&p, 0, 101 * MIB, NULL, 0, 1000, v, &nv), BUDGET_NEVER);
 }
 END_TEST
 
@@ -181,6 +206,7 @@ static Suite *budget_suite(void) {
     tcase_add_test(core, test_under_the_high_watermark_nothing_is_evicted);
     tcase_add_test(core, test_eviction_goes_down_to_the_low_watermark_in_lru_order);
     tcase_add_test(core, test_pinned_and_busy_holders_are_never_chosen);
+    tcase_add_test(core, test_what_stays_held_makes_a_request_that_can_never_fit);
     tcase_add_test(core, test_kept_parts_go_last_oldest_first);
     tcase_add_test(core, test_asynchronous_evictions_make_the_request_wait);
     tcase_add_test(core, test_lru_cost_prefers_what_returns_cheaply);

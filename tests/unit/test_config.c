@@ -3,6 +3,7 @@
  * file not found, and every kind of bad content reported as file:line:column.
  */
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,7 +347,7 @@ END_TEST
 
 START_TEST(test_model_entry_errors) {
     expect_error("models:\n  - name: x\n    path: /nonexistent/m.gguf\n",
-                 "t.yaml:2:3: model 'x': file /nonexistent/m.gguf");
+                 "t.yaml:3:11: model 'x': file /nonexistent/m.gguf"); /* at its path */
     expect_error("models:\n  - path: /etc/hostname\n", "t.yaml:2:5: models: entry 1 lacks the "
                                                        "required key 'name'");
     expect_error("models:\n  - name: x\n    path: /etc/hostname\n    colour: red\n",
@@ -483,6 +484,120 @@ START_TEST(test_auth_key_errors) {
 }
 END_TEST
 
+/* Issue 20, finding 3: one run names every problem of a file (not only the first), each with
+ * its line and column, unknown names with the closest known one. */
+START_TEST(test_every_problem_is_reported) {
+    const char *text = "limits:\n"
+                       "  max_mesage_bytes: 1MiB\n" /* 2:3 a typo */
+                       "  queue_per_model: 0\n"     /* 3:20 out of range */
+                       "models:\n"
+                       "  - name: a\n"
+                       "    path: /nonexistent/a.gguf\n" /* 6:11 no file */
+                       "    sanitizer: stict\n"          /* 5:5 no such profile */
+                       "    context_overflow: wrap\n"    /* 8:23 not a choice */
+                       "  - name: b\n"
+                       "    path: /etc/hostname\n"
+                       "    colur: red\n" /* 11:5 unknown key */
+                       "sanitizers:\n"
+                       "  - name: strict\n";
+    cfg_report rep = {0};
+    corral_error err;
+    cfg *c = cfg_load_string_report(text, strlen(text), "t.yaml", &rep, NULL, &err);
+    ck_assert_ptr_null(c);
+    ck_assert_uint_eq(rep.n, 6);
+    const char *want[] = {
+        "t.yaml:2:3: unknown key 'limits.max_mesage_bytes' (did you mean "
+        "'limits.max_message_bytes'?)",
+        "t.yaml:3:20: limits.queue_per_model: 0 is out of range",
+        "t.yaml:8:23: context_overflow: expected truncate_oldest or error, got 'wrap'",
+        "t.yaml:11:5: unknown key 'colur'",
+        "t.yaml:6:11: model 'a': file /nonexistent/a.gguf: No such file or directory",
+        "t.yaml:5:5: model 'a' names sanitizer profile 'stict', which is not in `sanitizers` (did "
+        "you mean 'strict'?)",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        bool found = false;
+        for (size_t k = 0; k < rep.n && !found; k++) found = strstr(rep.problems[k], want[i]);
+        ck_assert_msg(found, "no problem like '%s' (first: %s)", want[i], rep.problems[0]);
+    }
+    /* err: the first, and how many more. */
+    ck_assert_msg(strstr(err.message, "max_mesage_bytes") &&
+                      strstr(err.message, "and 5 more problems"),
+                  "%s", err.message);
+    cfg_report_free(&rep);
+    ck_assert_uint_eq(rep.n, 0);
+}
+END_TEST
+
+/* Issue 20, finding 3: the model files' headers, templates and contexts are checked without
+ * loading weights, every problem with the place of its key and a did-you-mean for names. */
+START_TEST(test_model_checks_read_headers) {
+    /* (test_shared_path's buffer is static: one copy per path.) */
+    char a[4096], b[4096], q8[4096];
+    snprintf(a, sizeof a, "%s", test_shared_path("models/stories260K.gguf"));
+    snprintf(b, sizeof b, "%s", test_shared_path("models/legacy-v1.gguf"));
+    snprintf(q8, sizeof q8, "%s", test_shared_path("models/stories260K-q8_0.gguf"));
+    char readme[512];
+    snprintf(readme, sizeof readme, "%s", write_file("README.md", "# corral\n\nnot a model\n"));
+    char text[16384];
+    snprintf(text, sizeof text,
+             "models:\n"
+             "  - name: a\n"
+             "    path: %s\n"
+             "    template: chatm\n"
+             "    context: 99999\n"
+             "  - name: b\n"
+             "    path: %s\n"
+             "  - name: c\n"
+             "    path: %s\n"
+             "  - name: ok\n"
+             "    path: %s\n"
+             "    template: llama3\n"
+             "    context: 2048\n",
+             a, b, readme, q8);
+    cfg_report rep = {0};
+    corral_error err;
+    cfg *c = cfg_load_string_report(text, strlen(text), "t.yaml", &rep, cfg_check_models, &err);
+    ck_assert_ptr_null(c);
+    ck_assert_uint_eq(rep.n, 4);
+    ck_assert_msg(strstr(rep.problems[0], "t.yaml:4:15: model 'a': unknown chat template 'chatm' "
+                                          "(did you mean 'chatml'?)"),
+                  "%s", rep.problems[0]);
+    ck_assert_msg(strstr(rep.problems[1], "t.yaml:5:14: model 'a': context 99999 is more than "
+                                          "the 2048 positions"),
+                  "%s", rep.problems[1]);
+    ck_assert_msg(strstr(rep.problems[2], "t.yaml:7:11: model 'b': ") &&
+                      strstr(rep.problems[2], "GGUF version 1"),
+                  "%s", rep.problems[2]);
+    ck_assert_msg(strstr(rep.problems[3], "t.yaml:9:11: model 'c': ") &&
+                      strstr(rep.problems[3], "README.md: header: not a GGUF file: bad magic"),
+                  "%s", rep.problems[3]);
+    ck_assert_msg(strstr(err.message, "chatm") && strstr(err.message, "and 3 more"), "%s",
+                  err.message);
+    cfg_report_free(&rep);
+    /* A good file passes the same checks. */
+    snprintf(text, sizeof text, "models:\n  - name: ok\n    path: %s\n    context: 512\n", a);
+    c = cfg_load_string_report(text, strlen(text), "t.yaml", &rep, cfg_check_models, &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_uint_eq(rep.n, 0);
+    ck_assert_int_eq(c->models[0].context_overflow, CFG_OVERFLOW_TRUNCATE_OLDEST);
+    ck_assert_str_eq(cfg_overflow_name(c->models[0].context_overflow), "truncate_oldest");
+    cfg_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_context_overflow) {
+    corral_error err;
+    const char *text = "models:\n  - name: x\n    path: /etc/hostname\n"
+                       "    context_overflow: error\n";
+    cfg *c = cfg_load_string(text, strlen(text), "t.yaml", &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_int_eq(c->models[0].context_overflow, CFG_OVERFLOW_ERROR);
+    cfg_destroy(&c);
+    ck_assert_ptr_null(cfg_overflow_name((cfg_overflow)7));
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *core = tcase_create("core");
@@ -497,6 +612,7 @@ static Suite *config_suite(void) {
     tcase_add_test(core, test_memory_share_of_ram);
     tcase_add_test(core, test_http_section);
     tcase_add_test(core, test_auth_keys);
+    tcase_add_test(core, test_context_overflow);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_empty_and_comment_only_files);
@@ -505,6 +621,7 @@ static Suite *config_suite(void) {
     tcase_add_test(limits, test_aliases_refused);
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
+    tcase_add_checked_fixture(errors, setup, teardown);
     tcase_add_test(errors, test_unknown_key_has_position);
     tcase_add_test(errors, test_special_files_are_refused_without_blocking);
     tcase_add_test(errors, test_wrong_types);
@@ -512,6 +629,8 @@ static Suite *config_suite(void) {
     tcase_add_test(errors, test_model_entry_errors);
     tcase_add_test(errors, test_http_errors);
     tcase_add_test(errors, test_auth_key_errors);
+    tcase_add_test(errors, test_every_problem_is_reported);
+    tcase_add_test(errors, test_model_checks_read_headers);
     suite_add_tcase(s, errors);
     return s;
 }

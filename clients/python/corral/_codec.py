@@ -313,7 +313,7 @@ def _enum(enum_type: Any, prefix: str, value: int, cls: Any) -> Any:
 
 def decode_pong(msg: Any) -> Pong:
     """A Pong dataclass from its message."""
-    return Pong(msg.version, msg.protocol_version, msg.uptime_ms)
+    return Pong(msg.version, msg.protocol_version, msg.uptime_ms, msg.pid, msg.config_path)
 
 
 def decode_chunk(msg: Any) -> Chunk:

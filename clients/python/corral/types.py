@@ -82,6 +82,10 @@ class Pong:
     """The daemon's protocol revision."""
     uptime_ms: int
     """Milliseconds since the daemon started."""
+    pid: int = 0
+    """The daemon's process id (0 from older daemons)."""
+    config_path: str = ""
+    """The configuration file the daemon reads, absolute; empty on built-in defaults."""
 
 
 @dataclass(frozen=True)
@@ -292,6 +296,10 @@ class DaemonStatus:
     """corral's version."""
     uptime_ms: int
     """Milliseconds since the daemon started."""
+    pid: int = 0
+    """The daemon's process id (0 from older daemons)."""
+    config_path: str = ""
+    """The configuration file the daemon reads, absolute; empty on built-in defaults."""
     total_bytes: int
     """Memory held by all models."""
     limit_bytes: int
