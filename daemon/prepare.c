@@ -96,6 +96,46 @@ static corral_status find_profile(sjob *sj, corral_error *err) {
     return CORRAL_OK;
 }
 
+/* The index of the message after the turn that starts at `first`: one message, and the replies
+ * that follow it, so that what is kept starts with a user's message (templates such as Gemma's
+ * want the roles to alternate from a user's). The last message is never passed. */
+static size_t chat_next_turn(const core_generate *g, size_t first, size_t n) {
+    size_t next = first + 1;
+    while (next + 1 < n && strcmp(g->messages[next].role, "assistant") == 0) next++;
+    return next;
+}
+
+/* Render the chat's messages 0..n_sys and *first..n through the template and tokenize them into
+ * *ids (*n). Under context_overflow truncate_oldest, while the prompt and a reserve for the
+ * answer — max_tokens, at most a quarter of the context — do not fit, the oldest turn goes
+ * (*first moves on) and the chat is rendered again, until only the system messages and the last
+ * message are left; whether that fits is prepare_generate's check. Dropping whole turns from the
+ * front keeps every kept message's text as it was, so a session's cache still matches up to the
+ * first dropped message (the system prompt) and is recomputed from there. */
+static corral_status chat_fit(sjob *sj, chat_template tmpl, char **clean, size_t n_sys,
+                              size_t *first, chat_message *msgs, int32_t **ids, size_t *n,
+                              corral_error *err) {
+    const core_generate *g = &sj->j->req.generate;
+    const sched_model *sm = sj->model;
+    const tokenizer *tok = model_get_tokenizer(sm->m);
+    const size_t n_texts = g->n_messages;
+    const bool truncate = sj->entry->context_overflow == CFG_OVERFLOW_TRUNCATE_OLDEST;
+    const uint32_t reserve = sj->max_tokens < sm->context / 4 ? sj->max_tokens : sm->context / 4;
+    for (;;) {
+        size_t k = 0;
+        for (size_t i = 0; i < n_sys; i++)
+            msgs[k++] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
+        for (size_t i = *first; i < n_texts; i++)
+            msgs[k++] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
+        const corral_status st = prompt_tokenize_chat(tok, tmpl, msgs, k, ids, n, err);
+        if (st != CORRAL_OK || !truncate || *n + reserve <= sm->context || *first + 1 >= n_texts)
+            return st;
+        free(*ids);
+        *ids = NULL;
+        *first = chat_next_turn(g, *first, n_texts);
+    }
+}
+
 /* Run the profile over every piece of user text (the prompt, or each message's content) and
  * tokenize what comes out. The report of the last piece (or the first rejection) goes to the job:
  * it is part of Done, or of the Error's message. */
@@ -132,12 +172,27 @@ static corral_status tokenize_input(sjob *sj, int32_t **ids, size_t *n, corral_e
             corral_error_set(err, st, "%.300s (report: %.180s)", message, line);
         }
     }
+    /* A chat that outgrows the context (context_overflow: truncate_oldest) leaves its oldest
+     * turns out: messages [n_sys, first) are dropped, the leading system messages and the last
+     * message always stay. See chat_fit. */
+    const bool truncate =
+        g->n_messages > 0 && sj->entry->context_overflow == CFG_OVERFLOW_TRUNCATE_OLDEST;
+    size_t n_sys = 0;
+    while (g->n_messages && n_sys + 1 < n_texts && strcmp(g->messages[n_sys].role, "system") == 0)
+        n_sys++;
+    size_t first = n_sys;
     if (st == CORRAL_OK) {
         /* Limits before work: a text whose every token were as long as the longest piece would
-         * still overflow the context is refused without tokenizing it. */
+         * still overflow the context is refused without tokenizing it (a chat that may be
+         * truncated first leaves out what cannot fit by that measure). */
         size_t bytes = 0;
         for (size_t i = 0; i < n_texts; i++) bytes += strlen(clean[i]);
         const size_t can_fit = (size_t)sm->context * tok_max_piece_len(tok);
+        while (truncate && bytes > can_fit && first + 1 < n_texts) {
+            const size_t next = chat_next_turn(g, first, n_texts);
+            for (size_t i = first; i < next; i++) bytes -= strlen(clean[i]);
+            first = next;
+        }
         if (bytes > can_fit)
             st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                   "the prompt has %zu bytes: more than the context of model '%s' "
@@ -156,12 +211,11 @@ static corral_status tokenize_input(sjob *sj, int32_t **ids, size_t *n, corral_e
             chat_message *msgs = st == CORRAL_OK ? malloc(n_texts * sizeof *msgs) : NULL;
             if (st == CORRAL_OK && !msgs)
                 st = corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
-            for (size_t i = 0; msgs && i < n_texts; i++)
-                msgs[i] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
-            if (msgs) st = prompt_tokenize_chat(tok, tmpl, msgs, n_texts, ids, n, err);
+            if (msgs) st = chat_fit(sj, tmpl, clean, n_sys, &first, msgs, ids, n, err);
             free(msgs);
         }
     }
+    sj->dropped_messages = (uint32_t)(first - n_sys);
     for (size_t i = 0; i < n_texts; i++) free(clean[i]);
     free(clean);
     return st;
@@ -189,8 +243,16 @@ static corral_status prepare_generate(sjob *sj, corral_error *err) {
                               "the prompt is empty and model '%s' adds no BOS token", sm->name);
     if (st == CORRAL_OK && n_prompt >= sm->context)
         st = corral_error_set(err, CORRAL_INVALID_ARGUMENT,
-                              "the prompt has %zu tokens; the context of model '%s' holds %u",
-                              n_prompt, sm->name, sm->context);
+                              "the prompt has %zu tokens; the context of model '%s' holds %u%s",
+                              n_prompt, sm->name, sm->context,
+                              sj->j->req.generate.n_messages == 0 ? ""
+                              : sj->entry->context_overflow == CFG_OVERFLOW_ERROR
+                                  ? " (its context_overflow is error: the chat is not truncated)"
+                                  : " (even with only its system messages and its last message)");
+    if (st == CORRAL_OK && sj->dropped_messages)
+        log_debug("chat truncated to fit the context", LOG_UINT("id", sj->j->id),
+                  LOG_STR("model", sm->name), LOG_UINT("dropped", sj->dropped_messages),
+                  LOG_UINT("prompt", n_prompt), LOG_UINT("context", sm->context));
     sj->n_prompt = (uint32_t)n_prompt;
     if (st == CORRAL_OK) {
         sj->cap_generated = sj->max_tokens;

@@ -220,6 +220,7 @@ void sched_finish_done(struct core *k, sjob *sj, core_stop stop) {
                    .decode_us = sj->decode_us,
                    .total_us = sched__mono_us() - j->received_us,
                    .queue_steps = sj->queue_steps,
+                   .dropped_messages = sj->dropped_messages,
                    .sanitizer_report = sj->sanitizer_report};
     snprintf(d.model, sizeof d.model, "%s", sj->model->name);
     sj->sanitizer_report = NULL; /* the event owns it now */

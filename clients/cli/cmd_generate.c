@@ -460,7 +460,8 @@ static void chat_usage(FILE *out) {
             "The whole conversation is sent each turn on one session (by default a random id),\n"
             "so the daemon keeps its state and only computes what is new; when it outgrows the\n"
             "model's context, the daemon leaves the oldest turns out (the system message stays)\n"
-            "and the chat says so. A reply cut short by --max-tokens ends with \"[...]\". A turn\n"
+            "and the chat says so. A reply cut short by --max-tokens ends with \"[...]\" on a\n"
+            "terminal, and a note on stderr. A turn\n"
             "that fails is reported and dropped; the exit status is then 1. A MODEL the daemon\n"
             "does not serve is refused at start.\n\n"
             "options:\n"
@@ -597,13 +598,14 @@ static void chat_print_help(void) {
                     "leading '/').\n");
 }
 
-/* What a turn's end says beside the reply: a marker when it was cut short, a note when the
- * daemon left old turns out. On stdout goes the marker (part of the transcript); notes go to
- * stderr. */
+/* What a turn's end says beside the reply: a marker right after a reply that was cut short,
+ * on a terminal (where a person reads the reply; a script reading stdout gets the reply's text
+ * alone), and notes on stderr: the cut, the daemon leaving old turns out. */
 static void chat_after_reply(const corral_done *d, int rc) {
-    if (rc == 0 && d->stop_reason == CORRAL_STOP_MAX_TOKENS)
+    const bool tty = isatty(STDOUT_FILENO);
+    if (tty && rc == 0 && d->stop_reason == CORRAL_STOP_MAX_TOKENS)
         fputs(" [...]", stdout);
-    else if (rc == 0 && d->stop_reason == CORRAL_STOP_CONTEXT_FULL)
+    else if (tty && rc == 0 && d->stop_reason == CORRAL_STOP_CONTEXT_FULL)
         fputs(" [context full]", stdout);
     putchar('\n');
     fflush(stdout);

@@ -36,8 +36,11 @@ static const cli_command cli_commands[] = {
     {"status", cmd_status, "the daemon's totals and its models' state"},
     {"load", cmd_load, "load a model into the daemon now"},
     {"unload", cmd_unload, "release a model's memory in the daemon"},
-    {"pin", cmd_pin, "keep a model in the daemon's memory"},
+    {"pin", cmd_pin, "load a model in the daemon and keep it there"},
     {"unpin", cmd_unpin, "let the daemon unload or swap out a model again"},
+    {"add", cmd_add, "add a model to corrald's configuration and reload it"},
+    {"rm", cmd_rm, "remove a model from corrald's configuration and reload it"},
+    {"show", cmd_show, "a model's metadata, template, adapters and state"},
     {"service", cmd_service,
      "run corrald as a systemd user service (install, start, stop, status)"},
 };

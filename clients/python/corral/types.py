@@ -296,10 +296,6 @@ class DaemonStatus:
     """corral's version."""
     uptime_ms: int
     """Milliseconds since the daemon started."""
-    pid: int = 0
-    """The daemon's process id (0 from older daemons)."""
-    config_path: str = ""
-    """The configuration file the daemon reads, absolute; empty on built-in defaults."""
     total_bytes: int
     """Memory held by all models."""
     limit_bytes: int
