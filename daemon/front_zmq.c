@@ -71,8 +71,8 @@ typedef struct zreq {
     uint64_t id; /* the client's request id */
     bool stream;
     /* Taken from the job, not yet accepted by ZeroMQ (sent in this order). */
-    bool progress_held;
-    job_progress progress;
+    uint32_t n_progress, progress_sent; /* reports taken; of those, sent */
+    job_progress progress[JOB_PROGRESS_MAX];
     job_text text;
     bool final_seen;         /* the job's final event was taken */
     uint32_t chunk_index;    /* the next Chunk's index */
@@ -304,7 +304,7 @@ static void cancel_job(front_zmq *f, zreq *q, job_cancel why) {
         /* Nothing more will reach this client: drop what is held and let the core run it to its
          * end (the final event then frees it). */
         q->dead = true;
-        q->progress_held = false;
+        q->n_progress = q->progress_sent = 0;
         job_text_clear(&q->text);
         atomic_store(&q->j->paused, 0);
     }
@@ -356,11 +356,13 @@ static bool zreq_flush(front_zmq *f, zreq *q) {
             return false;
         }
         int rc = 0;
-        if (q->progress_held) {
+        while (rc == 0 && q->progress_sent < q->n_progress) {
             rc = send_to(f, q->peer, q->peer_len,
-                         zproto_pack_progress(&f->buf, q->id, &q->progress, zreq_model(q)));
-            if (rc == 0) q->progress_held = false;
+                         zproto_pack_progress(&f->buf, q->id, &q->progress[q->progress_sent],
+                                              zreq_model(q)));
+            if (rc == 0) q->progress_sent++;
         }
+        if (rc == 0) q->n_progress = q->progress_sent = 0;
         /* A streamed job sends its text as it comes; a whole one sends one Chunk (even empty)
          * before its Done. */
         const bool send_text =
@@ -408,11 +410,12 @@ static bool zreq_flush(front_zmq *f, zreq *q) {
             if (!q->stream) job_take(q->j, true, &q->text, &t);
             q->final_seen = true;
         }
-        if (t.has_progress) {
-            q->progress_held = true;
-            q->progress = t.progress;
+        if (t.n_progress) {
+            q->n_progress = t.n_progress;
+            q->progress_sent = 0;
+            memcpy(q->progress, t.progress, t.n_progress * sizeof *t.progress);
         }
-        if (!q->final_seen && !q->progress_held && !q->text.len && !q->text.n_ids) return true;
+        if (!q->final_seen && !q->n_progress && !q->text.len && !q->text.n_ids) return true;
     }
 }
 

@@ -154,9 +154,9 @@ void job_take(job *j, bool with_text, job_text *spare, job_taken *out) {
         j->pending = *spare;
         *spare = t;
     }
-    out->has_progress = j->has_progress;
-    out->progress = j->progress;
-    j->has_progress = false;
+    out->n_progress = j->n_progress;
+    memcpy(out->progress, j->progress, j->n_progress * sizeof *j->progress);
+    j->n_progress = 0;
     out->final = j->final;
     pthread_mutex_unlock(&s->mu);
 }
@@ -224,8 +224,13 @@ void job_emit_token(job *j, const char *text, size_t len, int32_t id, const job_
 void job_emit_progress(job *j, job_phase phase, uint64_t done, uint64_t total) {
     core_sink *s = j->sink;
     pthread_mutex_lock(&s->mu);
-    j->has_progress = true;
-    j->progress = (job_progress){.phase = phase, .done = done, .total = total};
+    const job_progress p = {.phase = phase, .done = done, .total = total};
+    if (j->n_progress && j->progress[j->n_progress - 1].phase == phase)
+        j->progress[j->n_progress - 1] = p; /* the same phase, further on */
+    else if (j->n_progress < JOB_PROGRESS_MAX)
+        j->progress[j->n_progress++] = p;
+    else
+        j->progress[JOB_PROGRESS_MAX - 1] = p; /* (more phases than a request goes through) */
     const bool tell = enqueue_locked(j);
     pthread_mutex_unlock(&s->mu);
     if (tell) s->notify(s->ctx);

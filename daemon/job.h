@@ -82,6 +82,11 @@ typedef struct job_progress {
     uint64_t done, total;
 } job_progress;
 
+/* Reports a job holds until its front end takes them: a later report of the same phase replaces
+ * the one before it, a new phase is kept beside them, so that a client that reads slowly still
+ * sees every phase its request went through (loading, merging, repacking, prefill), in order. */
+#define JOB_PROGRESS_MAX 4
+
 /* The kind of a job's final event. */
 typedef enum job_final {
     JOB_FINAL_NONE = 0,  /* not yet */
@@ -118,8 +123,8 @@ struct job {
      * reported it. */
     core_sink *sink;
     job_text pending; /* text not yet taken */
-    bool has_progress;
-    job_progress progress;
+    uint32_t n_progress; /* reports not yet taken, oldest first */
+    job_progress progress[JOB_PROGRESS_MAX];
     job_final final;
     bool queued;                                  /* in the sink's ready queue */
     job *ready_next;                              /* the sink's ready queue */
@@ -160,15 +165,16 @@ void job_free(job **j);
 
 /* What job_take found. */
 typedef struct job_taken {
-    bool has_progress;
-    job_progress progress;
+    uint32_t n_progress; /* progress reports since the last take, oldest first */
+    job_progress progress[JOB_PROGRESS_MAX];
     job_final final; /* JOB_FINAL_NONE while the job goes on */
 } job_taken;
 
 /* Take a job's events: when `with_text`, the pending text and ids are swapped with *spare, which
- * must be empty (its len and n_ids 0) and comes back holding them; the last progress is reported
- * once; `final` tells whether the final event has come (its data is then in the job). A
- * non-streamed generation is taken without text until its final event. Thread-safe. */
+ * must be empty (its len and n_ids 0) and comes back holding them; the progress reports since
+ * the last take are handed over, each once; `final` tells whether the final event has come (its
+ * data is then in the job). A non-streamed generation is taken without text until its final event.
+ * Thread-safe. */
 void job_take(job *j, bool with_text, job_text *spare, job_taken *out);
 
 /* Buffers for job_take's `spare`, and their release. */
@@ -196,8 +202,8 @@ void job_emit_text(job *j, const char *text, size_t len, int32_t id);
 void job_emit_token(job *j, const char *text, size_t len, int32_t id, const job_logprob *lps,
                     const char *const *texts, size_t n);
 
-/* Report progress: a prompt's prefill, or the load its model waits for (the latest report replaces
- * one not yet taken). */
+/* Report progress: a prompt's prefill, or the load its model waits for (it replaces a report of
+ * the same phase not yet taken; see JOB_PROGRESS_MAX). */
 void job_emit_progress(job *j, job_phase phase, uint64_t done, uint64_t total);
 
 /* Final events: after any of them the core must not touch j again. job_emit_done takes ownership

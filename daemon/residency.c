@@ -379,9 +379,13 @@ typedef struct load_task {
     residency_source *sources; /* a variant's inputs as they were (default arena) */
     size_t n_sources;
     int64_t us;
-    /* How far it got (progress_word below): written by the loader, read by the compute thread,
-     * which passes it on to the jobs waiting (residency_report_progress). */
-    _Atomic uint64_t progress;
+    /* How far it got, per phase (progress_word below; 0: not reached): written by the loader,
+     * read by the compute thread, which passes them on to the jobs waiting
+     * (residency_report_progress). A load goes through its phases in the enum's order (loading,
+     * merging, repacking), so each job is told every phase it went through, in order, even when
+     * the compute thread looked only after a phase was over. */
+    _Atomic uint64_t progress[JOB_PHASE_REPACKING + 1];
+    int progress_phase;         /* loader: the phase of its last note */
     unsigned progress_permille; /* loader: the last fraction that woke the compute thread */
 } load_task;
 
@@ -405,10 +409,10 @@ static job_progress progress_unpack(uint64_t w) {
 /* Record the load's progress (loader thread); the compute thread is woken when the phase changes
  * or the fraction moves by a tenth of a percent or more, not at every tensor. */
 static void load_note(load_task *t, job_phase phase, uint64_t done, uint64_t total) {
-    const uint64_t w = progress_word(phase, done, total);
-    const uint64_t old = atomic_exchange(&t->progress, w);
+    atomic_store(&t->progress[phase], progress_word(phase, done, total));
     const unsigned permille = total ? (unsigned)(done * 1000 / total) : 0;
-    if ((old >> 56) != (w >> 56) || permille != t->progress_permille) {
+    if ((int)phase != t->progress_phase || permille != t->progress_permille) {
+        t->progress_phase = (int)phase;
         t->progress_permille = permille;
         core_poke(t->k);
     }
@@ -430,15 +434,23 @@ static bool wants_load_progress(const sjob *sj) {
            ((r->kind == CORE_LOAD || r->kind == CORE_PIN) && r->target.progress);
 }
 
-void residency_report_progress(struct core *k) {
-    for (sjob *sj = k->jobs; sj; sj = sj->next) {
-        const load_task *t = sj->model ? sj->model->loading : NULL;
-        if (!t || sj->phase != SJOB_WAIT_MODEL || !wants_load_progress(sj)) continue;
-        const uint64_t w = atomic_load(&t->progress);
-        if (w == sj->load_progress) continue;
+/* Tell sj what t reached since its last report: each phase from the one it was told last on,
+ * in order, with its latest figures. */
+static void report_load(sjob *sj, load_task *t) {
+    const int last = (int)(sj->load_progress >> 56);
+    for (int phase = last ? last : JOB_PHASE_LOADING; phase <= JOB_PHASE_REPACKING; phase++) {
+        const uint64_t w = atomic_load(&t->progress[phase]);
+        if (!w || w == sj->load_progress) continue;
         sj->load_progress = w;
         const job_progress p = progress_unpack(w);
         job_emit_progress(sj->j, p.phase, p.done, p.total);
+    }
+}
+
+void residency_report_progress(struct core *k) {
+    for (sjob *sj = k->jobs; sj; sj = sj->next) {
+        load_task *t = sj->model ? sj->model->loading : NULL;
+        if (t && sj->phase == SJOB_WAIT_MODEL && wants_load_progress(sj)) report_load(sj, t);
     }
 }
 
@@ -478,7 +490,6 @@ static corral_status load_weights_path(load_task *t, corral_error *err) {
         t->merge_seconds = v.merge_seconds;
         t->merge_reason = v.reason;
         path = v.path;
-        load_note(t, JOB_PHASE_LOADING, 0, 0);
     }
     const unsigned scope = mem_scope_default();
     t->weights_path = strdup(path);
@@ -682,6 +693,10 @@ static void load_discard(load_task *t) {
 static void load_finish(struct core *k, core_task *ct) {
     load_task *t = (load_task *)ct;
     sched_model *sm = t->sm;
+    /* Every job waiting hears how the load ended, phase by phase, before its answer. */
+    for (sjob *sj = k->jobs; sj; sj = sj->next)
+        if (sj->model == sm && sj->phase == SJOB_WAIT_MODEL && wants_load_progress(sj))
+            report_load(sj, t);
     sm->loading = NULL;
     sm->reserved = 0;
     const bool cancelled = !t->t.base.ran || atomic_load(&t->t.base.cancel);
@@ -793,7 +808,9 @@ static load_task *load_task_new(struct core *k, sched_model *sm, bool from_swap)
     actor_task_init(&t->t.base, load_run, 0);
     t->t.finish = load_finish;
     t->k = k;
-    atomic_init(&t->progress, progress_word(JOB_PHASE_LOADING, 0, 0));
+    for (int phase = 0; phase <= JOB_PHASE_REPACKING; phase++) atomic_init(&t->progress[phase], 0);
+    atomic_store(&t->progress[JOB_PHASE_LOADING], progress_word(JOB_PHASE_LOADING, 0, 0));
+    t->progress_phase = JOB_PHASE_LOADING;
     t->sm = sm;
     t->gen = k->config;
     k->config->refs++;

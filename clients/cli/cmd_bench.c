@@ -59,6 +59,7 @@ typedef struct bench_opts {
     int json, cold;
     uint64_t bw_bytes; /* 0: automatic */
     kv_type kv;
+    cli_progress *progress; /* the terminal's progress line (between timed runs only) */
 } bench_opts;
 
 typedef struct bench_spread {
@@ -125,6 +126,9 @@ static model *bench_load_first_token(const bench_opts *o, threadpool *pool, doub
     double t0 = bench_now();
     model_params params = model_params_default();
     params.cache_dir = o->cache_dir;
+    /* The first load of a file rearranges its weights (and writes their image): shown. */
+    o->progress->engine_what = "repacking";
+    params.repack_progress = (corral_progress){.fn = cli_progress_engine, .user = o->progress};
     model *m = model_load(o->path, &params, err);
     if (!m) return NULL;
     const model_hparams *hp = model_get_hparams(m);
@@ -289,6 +293,7 @@ static int bench_run(const bench_opts *o, bench_result *res) {
             goto done;
         }
         for (uint32_t i = 0; i < o->reps; i++) {
+            cli_progress_show(o->progress, "prompt runs", i, o->reps); /* (outside the timing) */
             if (bench_rewind(kv, snapshot, o->depth, &err)) {
                 cli_fail("bench", "%s", err.message);
                 goto done;
@@ -317,6 +322,7 @@ static int bench_run(const bench_opts *o, bench_result *res) {
      * bandwidth buffer comes after the peak RSS is read, so that it does not count in it. */
     const uint32_t n_bw = o->n_gen > 0 ? o->reps : 1;
     for (uint32_t i = 0; i < o->reps && o->n_gen > 0; i++) {
+        cli_progress_show(o->progress, "generation runs", i, o->reps);
         if (bench_rewind(kv, snapshot, o->depth, &err)) {
             cli_fail("bench", "%s", err.message);
             goto done;
@@ -597,7 +603,11 @@ int cmd_bench(int argc, char **argv) {
     const char *path = bench_kernel_path(&err);
     if (!path) return cli_fail("bench", "%s", err.message);
     snprintf(res.cpu_path, sizeof res.cpu_path, "%s", path);
+    cli_progress line;
+    cli_progress_init(&line, o.path);
+    o.progress = &line;
     int rc = bench_run(&o, &res);
+    cli_progress_clear(&line);
     if (rc != 0) return rc;
     if (o.json) {
         if (bench_print_json(stdout, &o, &res) != 0)

@@ -113,8 +113,14 @@ int cmd_merge(int argc, char **argv) {
     threadpool *pool = threadpool_new((uint32_t)threads, &err);
     if (!pool) return cli_fail("merge", "%s", err.message);
     lora_merge_report rep;
-    corral_status st = type ? lora_merge_quantize_file(base, src, n, type, out, pool, &rep, &err)
-                            : lora_merge_file(base, src, n, out, pool, &rep, &err);
+    cli_progress line;
+    cli_progress_init(&line, out);
+    line.engine_what = "merging";
+    const corral_progress progress = {.fn = cli_progress_engine, .user = &line};
+    corral_status st =
+        type ? lora_merge_quantize_file(base, src, n, type, out, pool, &rep, &err)
+             : lora_merge_file_progress(base, src, n, out, pool, &progress, &rep, &err);
+    cli_progress_clear(&line);
     uint32_t nth = threadpool_n_threads(pool);
     threadpool_destroy(&pool);
     if (st != CORRAL_OK) {

@@ -281,7 +281,13 @@ int cmd_synth(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     synth_report rep;
-    if (synth_write(&p, out, &rep, &err) != CORRAL_OK) {
+    cli_progress line;
+    cli_progress_init(&line, out);
+    line.engine_what = "writing";
+    p.progress = (corral_progress){.fn = cli_progress_engine, .user = &line};
+    const corral_status written = synth_write(&p, out, &rep, &err);
+    cli_progress_clear(&line);
+    if (written != CORRAL_OK) {
         cli_fail("synth", "%s", err.message);
         return err.status == CORRAL_INVALID_ARGUMENT ? 2 : 1; /* bad shape: a usage error */
     }

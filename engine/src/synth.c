@@ -585,6 +585,8 @@ typedef struct synth_job {
     int64_t max_ne0;
     const synth_tensor *cur; /* the tensor being filled */
     uint8_t *dst;
+    const corral_progress *progress; /* synth_params.progress */
+    uint64_t n_filled, n_tensors;
 } synth_job;
 
 struct synth_tensor {
@@ -622,6 +624,7 @@ static corral_status synth_fill(void *user, const char *name, void *dst, uint64_
     t->job->cur = t;
     t->job->dst = dst;
     threadpool_run(t->job->pool, synth_fill_rows, t->job);
+    corral_progress_report(t->job->progress, ++t->job->n_filled, t->job->n_tensors);
     return CORRAL_OK;
 }
 
@@ -951,6 +954,8 @@ corral_status synth_write(const synth_params *p, const char *path, synth_report 
     if (st != CORRAL_OK) goto done;
 
     synth_report r = {.n_tensors = (uint32_t)n_ts};
+    job.progress = &p->progress;
+    job.n_tensors = n_ts;
     for (size_t i = 0; i < n_ts; i++) {
         synth_tensor *t = &ts[i];
         if (t->ne[0] > job.max_ne0) job.max_ne0 = t->ne[0];

@@ -994,7 +994,74 @@ START_TEST(test_fake_pings_while_blocked_and_deadline_names_endpoint) {
 }
 END_TEST
 
+/* A fake daemon that takes Generate requests and never answers them (pings it answers). */
+static void handle_mute_generate(fake_server *fs, const Corral__V1__Request *req) {
+    (void)fs;
+    (void)req;
+}
+
+/* Issue 20, finding 4: a generation the daemon never took up ends with a message saying so, not
+ * "did not end"; a Progress (with its phase, from a daemon from before phases: prefill) shows
+ * through corral_generation_progress_info. */
+START_TEST(test_fake_generation_that_never_started_says_so) {
+    fake_server fs;
+    fake_start(&fs, handle_mute_generate);
+    corral_error err;
+    corral_client *c = corral_client_new(fs.endpoint, &err);
+    corral_generate_params p = {.model = "m", .prompt = "x"};
+    ck_assert_int_eq(corral_generate(c, &p, NULL, NULL, NULL, 300, &err), CORRAL_DEADLINE_EXCEEDED);
+    ck_assert_msg(strstr(err.message, "sent nothing for the generation within 300 ms: it did not "
+                                      "start") != NULL,
+                  "%s", err.message);
+    corral_client_destroy(&c);
+    fake_stop(&fs);
+    fake_free_records(&fs);
+
+    fake_start(&fs, handle_silent_generate);
+    c = corral_client_new(fs.endpoint, &err);
+    ck_assert_int_eq(corral_generate(c, &p, NULL, NULL, NULL, 300, &err), CORRAL_DEADLINE_EXCEEDED);
+    ck_assert_msg(strstr(err.message, "did not end within 300 ms") != NULL, "%s", err.message);
+    corral_generation *g = corral_generate_start(c, &p, &err);
+    corral_chunk chunk;
+    ck_assert_int_eq(corral_generation_poll(g, 300, &chunk, NULL, &err), CORRAL_POLL_NOTHING);
+    corral_progress_info info;
+    corral_generation_progress_info(g, &info);
+    ck_assert_int_eq(info.phase, CORRAL_PHASE_PREFILL);
+    ck_assert_uint_eq(info.done, 3);
+    ck_assert_uint_eq(info.total, 10);
+    ck_assert_str_eq(corral_progress_phase_name(info.phase), "prefill");
+    corral_generation_destroy(&g);
+    corral_client_destroy(&c);
+    fake_stop(&fs);
+    fake_free_records(&fs);
+}
+END_TEST
+
 /* ---- no daemon --------------------------------------------------------------------------- */
+
+/* Issue 20, finding 4: with no daemon, a call that may wait a minute (or forever) fails within
+ * about a second (CORRAL_CONNECT_TIMEOUT_MS) with the CLI's message, not after its timeout. */
+START_TEST(test_no_daemon_is_unavailable_at_once) {
+    corral_error err;
+    const char *endpoint = "ipc:///tmp/corral-it-nobody-here/corral.sock";
+    corral_client *c = corral_client_new(endpoint, &err);
+    ck_assert_ptr_nonnull(c);
+    long long t0 = mono_ms();
+    corral_generate_params p = {.model = "stories", .prompt = "x"};
+    char *text = NULL;
+    ck_assert_int_eq(corral_generate_text(c, &p, &text, NULL, NULL, 60000, &err),
+                     CORRAL_UNAVAILABLE);
+    ck_assert_msg(strstr(err.message, "no answer from corrald at "
+                                      "ipc:///tmp/corral-it-nobody-here/corral.sock (is it "
+                                      "running?") != NULL,
+                  "%s", err.message);
+    ck_assert_ptr_null(text);
+    /* No timeout at all: the same. */
+    ck_assert_int_eq(corral_load(c, "stories", -1, &err), CORRAL_UNAVAILABLE);
+    ck_assert_int_lt(mono_ms() - t0, 20000); /* before: 60 s, then forever */
+    corral_client_destroy(&c);
+}
+END_TEST
 
 START_TEST(test_no_daemon_times_out_naming_endpoint) {
     corral_error err;
@@ -1807,11 +1874,13 @@ static Suite *client_c_suite(void) {
     tcase_add_test(fake, test_fake_queue_overflow_cancels_the_unread_generation);
     tcase_add_test(fake, test_fake_callback_cancels_and_waits_for_done);
     tcase_add_test(fake, test_fake_pings_while_blocked_and_deadline_names_endpoint);
+    tcase_add_test(fake, test_fake_generation_that_never_started_says_so);
     suite_add_tcase(s, fake);
 
     TCase *offline = tcase_create("offline");
     tcase_set_timeout(offline, 120);
     tcase_add_test(offline, test_no_daemon_times_out_naming_endpoint);
+    tcase_add_test(offline, test_no_daemon_is_unavailable_at_once);
     tcase_add_test(offline, test_cli_without_daemon);
     suite_add_tcase(s, offline);
 

@@ -78,8 +78,11 @@ class AsyncStream(AsyncIterator[Chunk]):
         self.request_id = request_id
         #: How the generation ended; None until the daemon's Done arrived.
         self.done: Optional[Done] = None
-        #: The latest prefill Progress, if the daemon sent any.
+        #: The latest Progress (its model's load, its prompt's prefill), if the daemon sent any.
         self.progress: Optional[Progress] = None
+        #: Called with every Progress as it is read (set it before the first chunk is read to see
+        #: them all: the model's load, merge and repack, then the prompt's prefill).
+        self.on_progress: Optional[Callable[[Progress], None]] = None
 
     def __aiter__(self) -> "AsyncStream":
         """The stream itself."""
@@ -94,6 +97,8 @@ class AsyncStream(AsyncIterator[Chunk]):
                 return _codec.decode_chunk(resp.chunk)
             if body == "progress":
                 self.progress = _codec.decode_progress(resp.progress)
+                if self.on_progress is not None:
+                    self.on_progress(self.progress)
                 continue
             self._finish()
             if body == "done":

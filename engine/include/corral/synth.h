@@ -34,6 +34,7 @@
 
 #include <stdint.h>
 
+#include "corral/progress.h"
 #include "corral/status.h"
 
 /* The weight types `corral synth --type` accepts. Append only. */
@@ -88,6 +89,8 @@ typedef struct synth_params {
     const char *vocab_from;
     char name[128];     /* general.name; "" for one made from the shape, type and seed */
     uint32_t n_threads; /* threads generating rows; 0 = the physical cores. No effect on bytes. */
+    /* Told as the file is written: done/total in tensors, from synth_write's thread. Optional. */
+    corral_progress progress;
 } synth_params;
 
 /* What synth_write produced. */
