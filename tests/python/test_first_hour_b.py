@@ -1,4 +1,5 @@
-"""A user's first hour (issue 20, part B), as a user meets it, against a real corrald.
+"""A user's first hour (issue 20, part B; part A's checks are test_first_hour.py), against a real
+corrald, as a user meets it.
 
 One test (or a few) per finding of the issue that part B fixes, each failing before its fix:
 
