@@ -194,8 +194,9 @@ static enum MHD_Result answer_problem(hreq *r, const http_problem *p) {
     hbuf_reset(&r->out);
     http_write_error(&r->out, r->route ? r->route->ollama : false, p->code, p->param, p->message);
     if (r->out.failed) return MHD_NO;
-    log_debug("http request refused", LOG_STR("path", r->path), LOG_UINT("status", p->status),
-              LOG_STR("error", p->message));
+    /* Every failed request is logged at warn, as the core logs the ones it fails (job.c). */
+    log_warn("http request refused", LOG_STR("request_id", r->request_id), LOG_STR("path", r->path),
+             LOG_UINT("status", p->status), LOG_STR("error", p->message));
     return queue_buffer(r, p->status, "application/json");
 }
 

@@ -286,7 +286,7 @@ START_TEST(test_bad_config_and_flags_exit_nonzero) {
     ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
     ck_assert_int_eq(harness_run_corrald(args, out, sizeof out, 5000), 1);
-    snprintf(want, sizeof want, "%s:2:3: model 'm': file /nonexistent/model.gguf", path);
+    snprintf(want, sizeof want, "%s:3:11: model 'm': file /nonexistent/model.gguf", path);
     ck_assert_msg(strstr(out, want) != NULL, "%s", out);
 
     const char *missing[] = {"-c", "/nonexistent/corral.yaml", NULL};

@@ -856,8 +856,10 @@ START_TEST(test_model_reads_fail) {
     wait_for_log("cannot fingerprint the model file");
     stop();
 
-    /* The fingerprint's open is the first, the reader's the second: fail both. */
-    start(config(NULL), "call=open,path=*/m.gguf,errno=EIO,count=2");
+    /* The fingerprint's open is the first, the reader's the second: fail both. corrald's check
+     * of the model's header at start (config_check.c) opens and maps the file as a load does:
+     * those calls go through (after=), the request's fail. */
+    start(config(NULL), "call=open,path=*/m.gguf,errno=EIO,after=2,count=2");
     outcome o = run_one(&q);
     ck_assert(!o.done);
     ck_assert_int_eq(o.code, CORRAL__V1__ERROR_CODE__IO);
@@ -866,7 +868,7 @@ START_TEST(test_model_reads_fail) {
     ck_assert_str_eq(text_of(&q), want);
     stop();
 
-    start(config(NULL), "call=mmap,path=*/m.gguf,errno=ENOMEM,count=1");
+    start(config(NULL), "call=mmap,path=*/m.gguf,errno=ENOMEM,after=1,count=1");
     o = run_one(&q);
     ck_assert(!o.done);
     ck_assert_int_eq(o.code, CORRAL__V1__ERROR_CODE__IO);

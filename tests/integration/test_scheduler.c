@@ -64,15 +64,18 @@ static Corral__V1__Response *raw_recv(raw *r, int timeout_ms) {
 }
 
 /* The next Response like raw_recv, but pinging every 500 ms while waiting, as a live client
- * must (the daemon cancels the requests of clients silent past limits.peer_timeout_ms). */
+ * must (the daemon cancels the requests of clients silent past limits.peer_timeout_ms); Progress
+ * messages (a request waiting for its model hears the load) are skipped. */
 static long long now_ms(void);
 
 static Corral__V1__Response *raw_recv_live(raw *r, int timeout_ms) {
     for (const long long start = now_ms(); now_ms() - start < timeout_ms;) {
         Corral__V1__Response *resp = raw_recv(r, 500);
-        if (resp && resp->body_case == CORRAL__V1__RESPONSE__BODY_PONG) {
+        if (resp && (resp->body_case == CORRAL__V1__RESPONSE__BODY_PONG ||
+                     resp->body_case == CORRAL__V1__RESPONSE__BODY_PROGRESS)) {
+            /* An answer to our own keep-alive, or a report of the model's load. */
             corral__v1__response__free_unpacked(resp, NULL);
-            continue; /* an answer to our own keep-alive */
+            continue;
         }
         if (resp) return resp;
         Corral__V1__Ping ping = CORRAL__V1__PING__INIT;

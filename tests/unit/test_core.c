@@ -10,6 +10,7 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +342,129 @@ START_TEST(test_a_load_still_wanted_by_another_request_goes_on) {
 }
 END_TEST
 
+/* Issue 20, finding 2: a request waiting for a variant hears its load phase by phase, in order —
+ * loading, the merge of its adapters to the last tensor, the rearranging of the merged weights —
+ * however fast each went, before its first token. */
+START_TEST(test_a_waiting_request_hears_the_load_phase_by_phase) {
+    core *k = start(NULL);
+    tjob *t = generate(k, "big-lora", "Once upon a time", 2, 0);
+    job_progress seen[256];
+    size_t n = 0;
+    unsigned long events = 0;
+    const int64_t until = now_ms() + 300000;
+    for (;;) {
+        job *ready[64];
+        while (core_sink_take_ready(sink, ready, 64) == 64) {
+        }
+        job_taken got;
+        job_take(t->j, true, &t->spare, &got);
+        for (uint32_t i = 0; i < got.n_progress && n < 256; i++) seen[n++] = got.progress[i];
+        if (t->spare.len) ck_assert_int_gt(n, 0); /* progress came before the text */
+        job_text_clear(&t->spare);
+        if (got.final != JOB_FINAL_NONE) {
+            t->final = got.final;
+            break;
+        }
+        ck_assert_msg(now_ms() < until, "no final event");
+        wait_event(&events, 20);
+    }
+    ck_assert_msg(t->final == JOB_FINAL_DONE, "%s", t->j->error_message);
+    ck_assert_uint_gt(n, 2);
+    ck_assert_int_eq(seen[0].phase, JOB_PHASE_LOADING);
+    ck_assert_uint_eq(seen[0].total, 0);
+    bool merged = false, repacked = false;
+    for (size_t i = 1; i < n; i++) {
+        ck_assert_int_ge(seen[i].phase, seen[i - 1].phase); /* in order, never back */
+        if (seen[i].phase == seen[i - 1].phase) ck_assert_uint_ge(seen[i].done, seen[i - 1].done);
+        ck_assert_uint_le(seen[i].done, seen[i].total);
+        const bool last_of_phase = i + 1 == n || seen[i + 1].phase != seen[i].phase;
+        if (seen[i].phase == JOB_PHASE_MERGING && last_of_phase)
+            merged = seen[i].total > 0 && seen[i].done == seen[i].total;
+        if (seen[i].phase == JOB_PHASE_REPACKING && last_of_phase)
+            repacked = seen[i].total > 0 && seen[i].done == seen[i].total;
+    }
+    ck_assert_msg(merged, "the merge's end was not reported");
+    ck_assert_msg(repacked, "the rearranging's end was not reported");
+    tjob_free(t);
+    core_destroy(&k);
+}
+END_TEST
+
+/* Issue 20, finding 7: a pin loads the model and keeps it; an unload refuses a pinned model,
+ * naming the pin, unless forced, which unpins it. */
+START_TEST(test_pin_loads_and_unload_respects_it) {
+    core *k = start(NULL);
+    ck_assert_int_eq(model_status(k, "stories-q4").state, CORE_MODEL_UNLOADED);
+    tjob *t = tjob_new();
+    t->j->req.kind = CORE_PIN;
+    t->j->req.target.model = "stories-q4";
+    core_submit(k, t->j);
+    tjob_wait(t, 60000);
+    ck_assert_int_eq(t->final, JOB_FINAL_REPLY);
+    ck_assert_str_eq(t->j->reply->message, "model 'stories-q4' is resident and pinned");
+    tjob_free(t);
+    core_model_info m = model_status(k, "stories-q4");
+    ck_assert_int_eq(m.state, CORE_MODEL_RESIDENT);
+    ck_assert(m.pinned);
+    for (int force = 0; force <= 1; force++) {
+        t = tjob_new();
+        t->j->req.kind = CORE_UNLOAD;
+        t->j->req.target.model = "stories-q4";
+        t->j->req.target.force = force;
+        core_submit(k, t->j);
+        tjob_wait(t, 60000);
+        if (!force) {
+            ck_assert_int_eq(t->final, JOB_FINAL_ERROR);
+            ck_assert_int_eq(t->j->error_code, CORRAL_FAILED_PRECONDITION);
+            ck_assert_msg(strstr(t->j->error_message, "model 'stories-q4' is pinned: unpin it "
+                                                      "first (corral unpin stories-q4), or "
+                                                      "unload it with --force"),
+                          "%s", t->j->error_message);
+            ck_assert_int_eq(model_status(k, "stories-q4").state, CORE_MODEL_RESIDENT);
+        } else {
+            ck_assert_int_eq(t->final, JOB_FINAL_REPLY);
+            ck_assert_str_eq(t->j->reply->message, "model 'stories-q4' unpinned and unloaded");
+        }
+        tjob_free(t);
+    }
+    m = model_status(k, "stories-q4");
+    ck_assert_int_eq(m.state, CORE_MODEL_UNLOADED);
+    ck_assert(!m.pinned);
+    core_destroy(&k);
+}
+END_TEST
+
+/* A job keeps one progress report per phase until its front end takes them: a slow reader still
+ * sees every phase, in order, with each phase's latest figures. */
+START_TEST(test_a_job_keeps_the_latest_report_of_each_phase) {
+    corral_error err;
+    job *j = job_new(sink, &err);
+    ck_assert_ptr_nonnull(j);
+    job_emit_progress(j, JOB_PHASE_LOADING, 0, 0);
+    job_emit_progress(j, JOB_PHASE_MERGING, 1, 10);
+    job_emit_progress(j, JOB_PHASE_MERGING, 10, 10);
+    job_emit_progress(j, JOB_PHASE_REPACKING, 3, 3);
+    job_text spare;
+    ck_assert_int_eq(job_text_init(&spare, &err), CORRAL_OK);
+    job_taken got;
+    job_take(j, true, &spare, &got);
+    ck_assert_uint_eq(got.n_progress, 3);
+    ck_assert_int_eq(got.progress[0].phase, JOB_PHASE_LOADING);
+    ck_assert_int_eq(got.progress[1].phase, JOB_PHASE_MERGING);
+    ck_assert_uint_eq(got.progress[1].done, 10);
+    ck_assert_int_eq(got.progress[2].phase, JOB_PHASE_REPACKING);
+    job_take(j, true, &spare, &got);
+    ck_assert_uint_eq(got.n_progress, 0); /* each once */
+    /* More changes of phase than it holds: the last slot takes the newest. */
+    for (int i = 0; i < 6; i++) job_emit_progress(j, (job_phase)(1 + i % 4), (uint64_t)i, 9);
+    job_take(j, true, &spare, &got);
+    ck_assert_uint_eq(got.n_progress, JOB_PROGRESS_MAX);
+    ck_assert_uint_eq(got.progress[JOB_PROGRESS_MAX - 1].done, 5);
+    job_text_free(&spare);
+    job_free(&j);
+}
+END_TEST
+
 START_TEST(test_requests_the_core_refuses) {
     core *k = start(NULL);
     tjob *t = generate(k, "nope", "Once upon a time", 4, 0);
@@ -472,6 +596,8 @@ static Suite *core_suite(void) {
     tcase_set_timeout(core, 600);
     tcase_add_test(core, test_a_burst_for_an_unloaded_model_loads_it_once);
     tcase_add_test(core, test_a_realtime_request_is_answered_while_a_merge_runs);
+    tcase_add_test(core, test_a_waiting_request_hears_the_load_phase_by_phase);
+    tcase_add_test(core, test_pin_loads_and_unload_respects_it);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_unchecked_fixture(limits, setup_models, NULL);
@@ -480,6 +606,7 @@ static Suite *core_suite(void) {
     tcase_add_test(limits, test_cancelling_the_last_request_cancels_its_load);
     tcase_add_test(limits, test_a_load_still_wanted_by_another_request_goes_on);
     tcase_add_test(limits, test_app_counters_are_dropped_when_idle);
+    tcase_add_test(limits, test_a_job_keeps_the_latest_report_of_each_phase);
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");
     tcase_add_unchecked_fixture(errors, setup_models, NULL);
