@@ -272,11 +272,12 @@ static const char *request_model(const core_request *r) {
 }
 
 /* Every failed request is logged with its reason, so that an operator sees in corrald's log what
- * its clients were told. A cancellation (logged where it is noticed) and a shutdown are not
- * failures of the request: info. A refusal by an app rule is logged by apps_deny, with the rule. */
+ * its clients were told. A cancellation is not a failure (the core logs it where it notices it,
+ * with why), a shutdown neither (info); a refusal by an app rule is logged by apps_deny, with
+ * the rule. */
 static void log_failure(const job *j, corral_status code) {
-    if (code == CORRAL_PERMISSION_DENIED) return;
-    const bool expected = code == CORRAL_CANCELLED || code == CORRAL_UNAVAILABLE;
+    if (code == CORRAL_PERMISSION_DENIED || code == CORRAL_CANCELLED) return;
+    const bool expected = code == CORRAL_UNAVAILABLE;
     log_write(expected ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, "request failed", LOG_UINT("id", j->id),
               LOG_STR("app", j->app[0] ? j->app : "(default)"),
               LOG_STR("kind", kind_name(j->req.kind)), LOG_STR("model", request_model(&j->req)),
