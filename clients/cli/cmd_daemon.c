@@ -119,7 +119,7 @@ corral_client *cli_daemon_connect(const char *cmd) {
     }
     corral_status st = corral_client_ping(c, DAEMON_CONNECT_TIMEOUT_MS, NULL, &err);
     if (st != CORRAL_OK) {
-        if (st == CORRAL_DEADLINE_EXCEEDED)
+        if (st == CORRAL_DEADLINE_EXCEEDED || st == CORRAL_UNAVAILABLE) /* (nothing accepted it) */
             daemon_not_running(cmd, endpoint);
         else
             cli_daemon_error(cmd, st, &err);
