@@ -265,6 +265,20 @@ def test_check_config_reports_every_problem(tmp_path: Path):
         assert "5 problems" in err, err
 
 
+def test_a_corrupt_adapter_is_reported_before_the_first_request(tmp_path: Path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 60)
+    config = tmp_path / "corral.yaml"
+    config.write_text(f"models:\n  - name: tale\n    path: {STORIES}\n"
+                      f"    adapters: [{{path: {bad}}}]\n")
+    for extra in (["--check-config"], []):
+        r = subprocess.run([corrald_path(), "-c", str(config), *extra], capture_output=True,
+                           timeout=60, text=True)
+        assert r.returncode == 1, r
+        assert f"{config}:2:5: model 'tale': adapter {bad} does not fit {STORIES}" in r.stderr, \
+            r.stderr
+
+
 def test_template_names_get_a_suggestion(tmp_path: Path):
     config = tmp_path / "corral.yaml"
     config.write_text(f"models:\n  - name: a\n    path: {STORIES}\n    template: mistral\n")

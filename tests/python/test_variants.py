@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -110,12 +111,15 @@ def test_missing_adapter_stops_startup(start_corrald, tmp_path):
 
 
 def test_corrupt_adapter_fails_the_request_with_its_problem(start_corrald, tmp_path):
+    # corrald checks each adapter against its base at start (a corrupt one is refused there, see
+    # test_first_hour_b); one that goes bad while it runs fails its variant's requests alone.
     bad = tmp_path / "bad.gguf"
-    bad.write_bytes(b"GGUF" + b"\0" * 60)
+    bad.write_bytes(Path(shared_path("lora/stories260K-lora-r8.gguf")).read_bytes())
     body = variants_config(str(tmp_path / "cache")).replace(
         shared_path("lora/stories260K-lora-r8.gguf"), str(bad)
     )
     daemon = start_corrald(body)
+    bad.write_bytes(b"GGUF" + b"\0" * 60)
     with Client(daemon.endpoint, timeout=20) as c:
         with pytest.raises(Exception, match="bad.gguf"):
             c.generate("lora", PROMPT, max_tokens=4)
