@@ -406,14 +406,17 @@ static bool zreq_flush(front_zmq *f, zreq *q) {
         /* Everything held went out: take what came since. */
         job_taken t;
         job_take(q->j, q->stream, &q->text, &t);
-        if (t.final != JOB_FINAL_NONE) {
-            if (!q->stream) job_take(q->j, true, &q->text, &t);
-            q->final_seen = true;
-        }
         if (t.n_progress) {
             q->n_progress = t.n_progress;
             q->progress_sent = 0;
             memcpy(q->progress, t.progress, t.n_progress * sizeof *t.progress);
+        }
+        if (t.final != JOB_FINAL_NONE) {
+            /* A whole reply's text is taken once it is final. (No progress comes after the
+             * final event, so the reports taken above are all there are: a load that ended as
+             * it was looked at still shows its phases.) */
+            if (!q->stream) job_take(q->j, true, &q->text, &t);
+            q->final_seen = true;
         }
         if (!q->final_seen && !q->n_progress && !q->text.len && !q->text.n_ids) return true;
     }
