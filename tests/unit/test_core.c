@@ -342,50 +342,85 @@ START_TEST(test_a_load_still_wanted_by_another_request_goes_on) {
 }
 END_TEST
 
-/* Issue 20, finding 2: a request waiting for a variant hears its load phase by phase, in order —
- * loading, the merge of its adapters to the last tensor, the rearranging of the merged weights —
- * however fast each went, before its first token. */
-START_TEST(test_a_waiting_request_hears_the_load_phase_by_phase) {
-    core *k = start(NULL);
-    tjob *t = generate(k, "big-lora", "Once upon a time", 2, 0);
+/* What one job heard, for test_every_waiting_request_hears_the_load_phase_by_phase. */
+typedef struct heard {
+    tjob *t;
     job_progress seen[256];
-    size_t n = 0;
+    size_t n;
+    bool text_before_progress;
+} heard;
+
+/* Take h's events; true once its final event came. */
+static bool heard_poll(heard *h) {
+    job *ready[64];
+    while (core_sink_take_ready(sink, ready, 64) == 64) {
+    }
+    job_taken got;
+    job_take(h->t->j, true, &h->t->spare, &got);
+    for (uint32_t i = 0; i < got.n_progress && h->n < 256; i++) h->seen[h->n++] = got.progress[i];
+    if (h->t->spare.len && h->n == 0) h->text_before_progress = true;
+    job_text_clear(&h->t->spare);
+    h->t->final = got.final;
+    return got.final != JOB_FINAL_NONE;
+}
+
+/* The phases of a load, as h heard them: loading first, then each phase in order, never back,
+ * merging and rearranging to their last tensor. */
+static void check_load_phases(const heard *h, const char *who) {
+    ck_assert_msg(h->n > 2, "%s heard %zu reports", who, h->n);
+    ck_assert_int_eq(h->seen[0].phase, JOB_PHASE_LOADING);
+    ck_assert_uint_eq(h->seen[0].total, 0);
+    bool merged = false, repacked = false;
+    for (size_t i = 1; i < h->n; i++) {
+        const job_progress *p = &h->seen[i], *q = &h->seen[i - 1];
+        ck_assert_int_ge(p->phase, q->phase); /* in order, never back */
+        if (p->phase == q->phase) ck_assert_uint_ge(p->done, q->done);
+        ck_assert_uint_le(p->done, p->total);
+        const bool last_of_phase = i + 1 == h->n || h->seen[i + 1].phase != p->phase;
+        if (p->phase == JOB_PHASE_MERGING && last_of_phase)
+            merged = p->total > 0 && p->done == p->total;
+        if (p->phase == JOB_PHASE_REPACKING && last_of_phase)
+            repacked = p->total > 0 && p->done == p->total;
+    }
+    ck_assert_msg(merged, "%s: the merge's end was not reported", who);
+    ck_assert_msg(repacked, "%s: the rearranging's end was not reported", who);
+}
+
+/* Issue 20, finding 2: every request waiting for a variant — two generations and a Load that
+ * asked for progress — hears its one load phase by phase, in order: loading, the merge of its
+ * adapters to the last tensor, the rearranging of the merged weights, however fast each went,
+ * and a generation hears it before its first token. */
+START_TEST(test_every_waiting_request_hears_the_load_phase_by_phase) {
+    core *k = start(NULL);
+    enum { N = 3 };
+    static heard h[N];
+    memset(h, 0, sizeof h);
+    h[0].t = generate(k, "big-lora", "Once upon a time", 2, 0);
+    h[1].t = generate(k, "big-lora", "Once upon a time", 2, 0);
+    h[2].t = tjob_new();
+    h[2].t->j->req.kind = CORE_LOAD;
+    h[2].t->j->req.target.model = "big-lora";
+    h[2].t->j->req.target.progress = true;
+    core_submit(k, h[2].t->j);
     unsigned long events = 0;
     const int64_t until = now_ms() + 300000;
-    for (;;) {
-        job *ready[64];
-        while (core_sink_take_ready(sink, ready, 64) == 64) {
-        }
-        job_taken got;
-        job_take(t->j, true, &t->spare, &got);
-        for (uint32_t i = 0; i < got.n_progress && n < 256; i++) seen[n++] = got.progress[i];
-        if (t->spare.len) ck_assert_int_gt(n, 0); /* progress came before the text */
-        job_text_clear(&t->spare);
-        if (got.final != JOB_FINAL_NONE) {
-            t->final = got.final;
-            break;
-        }
+    bool done[N] = {false};
+    for (int left = N; left > 0;) {
+        for (int i = 0; i < N; i++)
+            if (!done[i] && heard_poll(&h[i])) done[i] = true, left--;
         ck_assert_msg(now_ms() < until, "no final event");
-        wait_event(&events, 20);
+        if (left) wait_event(&events, 20);
     }
-    ck_assert_msg(t->final == JOB_FINAL_DONE, "%s", t->j->error_message);
-    ck_assert_uint_gt(n, 2);
-    ck_assert_int_eq(seen[0].phase, JOB_PHASE_LOADING);
-    ck_assert_uint_eq(seen[0].total, 0);
-    bool merged = false, repacked = false;
-    for (size_t i = 1; i < n; i++) {
-        ck_assert_int_ge(seen[i].phase, seen[i - 1].phase); /* in order, never back */
-        if (seen[i].phase == seen[i - 1].phase) ck_assert_uint_ge(seen[i].done, seen[i - 1].done);
-        ck_assert_uint_le(seen[i].done, seen[i].total);
-        const bool last_of_phase = i + 1 == n || seen[i + 1].phase != seen[i].phase;
-        if (seen[i].phase == JOB_PHASE_MERGING && last_of_phase)
-            merged = seen[i].total > 0 && seen[i].done == seen[i].total;
-        if (seen[i].phase == JOB_PHASE_REPACKING && last_of_phase)
-            repacked = seen[i].total > 0 && seen[i].done == seen[i].total;
+    ck_assert_msg(h[0].t->final == JOB_FINAL_DONE, "%s", h[0].t->j->error_message);
+    ck_assert_msg(h[1].t->final == JOB_FINAL_DONE, "%s", h[1].t->j->error_message);
+    ck_assert_msg(h[2].t->final == JOB_FINAL_REPLY, "%s", h[2].t->j->error_message);
+    ck_assert_uint_eq(model_status(k, "big-lora").loads, 1); /* one load, heard by all */
+    const char *const who[N] = {"the first generation", "the second generation", "the Load"};
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg(!h[i].text_before_progress, "%s: text came before progress", who[i]);
+        check_load_phases(&h[i], who[i]);
+        tjob_free(h[i].t);
     }
-    ck_assert_msg(merged, "the merge's end was not reported");
-    ck_assert_msg(repacked, "the rearranging's end was not reported");
-    tjob_free(t);
     core_destroy(&k);
 }
 END_TEST
@@ -596,7 +631,7 @@ static Suite *core_suite(void) {
     tcase_set_timeout(core, 600);
     tcase_add_test(core, test_a_burst_for_an_unloaded_model_loads_it_once);
     tcase_add_test(core, test_a_realtime_request_is_answered_while_a_merge_runs);
-    tcase_add_test(core, test_a_waiting_request_hears_the_load_phase_by_phase);
+    tcase_add_test(core, test_every_waiting_request_hears_the_load_phase_by_phase);
     tcase_add_test(core, test_pin_loads_and_unload_respects_it);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
