@@ -200,6 +200,13 @@ corral_status lora_merge_quantize_file(const char *base_path, const lora_source 
                                        const char *type, const char *out_path, threadpool *pool,
                                        lora_merge_report *rep, corral_error *err);
 
+/* lora_merge_quantize_file, telling `progress` (may be NULL) how far it got: done/total in
+ * tensors written, from the calling thread, as each is written. */
+corral_status lora_merge_quantize_file_progress(const char *base_path, const lora_source *src,
+                                                uint32_t n, const char *type, const char *out_path,
+                                                threadpool *pool, const corral_progress *progress,
+                                                lora_merge_report *rep, corral_error *err);
+
 /* lora_merge_file, telling `progress` (may be NULL) how far it got: done/total in tensors an
  * adapter changes, from the calling thread, as each is merged. */
 corral_status lora_merge_file_progress(const char *base_path, const lora_source *src, uint32_t n,
@@ -239,8 +246,9 @@ typedef struct lora_variant_request {
     /* Optional: when it becomes nonzero, a merge stops before its next tensor and the call fails
      * with CORRAL_CANCELLED (no partial image is left). Borrowed for the call. */
     const atomic_int *cancel;
-    /* Optional: told how a merge goes (done/total in tensors an adapter changes); a cache hit
-     * merges nothing and reports nothing. From the calling thread. */
+    /* Optional: told how a build goes — a merge's done/total in tensors an adapter changes, a
+     * quantized build's in tensors written; a cache hit builds nothing and reports nothing. From
+     * the calling thread. */
     corral_progress progress;
 } lora_variant_request;
 

@@ -95,14 +95,17 @@ corral_status lora__fingerprint(const char *domain, const char *base_path, const
                                 char out[IMAGE_FINGERPRINT_CHARS + 1], corral_error *err);
 
 /* A quantized variant (lora_quant.c): its fingerprint, and its build into an image of kind
- * LORA_QUANT_IMAGE_KIND at out_path (merging src[0..n) in f32 first when n > 0). */
+ * LORA_QUANT_IMAGE_KIND at out_path (merging src[0..n) in f32 first when n > 0), logging a line
+ * every tenth of its tensors when log_progress and telling `progress` (may be NULL) each tensor
+ * written (done/total: tensors). */
 corral_status lora__quant_fingerprint(const char *base_path, const lora_source *src, uint32_t n,
                                       const char *type, char out[IMAGE_FINGERPRINT_CHARS + 1],
                                       corral_error *err);
 corral_status lora__quant_build(const char *base_path, const lora_source *src, uint32_t n,
                                 const char *type, const char *fingerprint, const char *out_path,
                                 threadpool *pool, const atomic_int *cancel, int log_progress,
-                                lora_merge_report *rep, corral_error *err);
+                                const corral_progress *progress, lora_merge_report *rep,
+                                corral_error *err);
 
 /* Count one merged (or quantized) model made (lora_merge_count). */
 void lora__count_merge(void);

@@ -524,7 +524,8 @@ corral_status lora_variant_prepare(const lora_variant_request *req, lora_variant
     lora_merge_report rep = {0};
     st = req->quantize
              ? lora__quant_build(req->base_path, req->adapters, req->n_adapters, req->quantize,
-                                 out->fingerprint, out->path, req->pool, req->cancel, 1, &rep, err)
+                                 out->fingerprint, out->path, req->pool, req->cancel, 1,
+                                 &req->progress, &rep, err)
              : merge_to_image(req->base_path, req->adapters, req->n_adapters, out->fingerprint,
                               out->path, req->pool, req->cancel, &req->progress, &rep, err);
     if (st != CORRAL_OK) return st;

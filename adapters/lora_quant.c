@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,13 +128,18 @@ static corral_status add_meta(void *user, gguf_builder *b, corral_error *err) {
 typedef struct progress_log {
     const char *out_path;
     uint32_t last_tenth;
+    bool lines;                      /* log them */
+    const corral_progress *progress; /* the caller's, or NULL */
 } progress_log;
 
-/* A line every tenth of the tensors written (the daemon's log shows a long build advancing). */
+/* The caller's progress at each tensor written, and a line every tenth of them when asked (the
+ * daemon's log shows a long build advancing). */
 static void log_progress(void *user, const char *phase, uint32_t done, uint32_t total,
                          const char *tensor, uint32_t src_type, uint32_t type) {
     (void)src_type;
     progress_log *pl = user;
+    corral_progress_report(pl->progress, done, total);
+    if (!pl->lines) return;
     const uint32_t tenth = total ? done * 10 / total : 10;
     if (tenth == pl->last_tenth && done != total) return;
     pl->last_tenth = tenth;
@@ -165,7 +171,8 @@ static corral_status check_full_precision(const gguf_file *base, const char *bas
 corral_status lora__quant_build(const char *base_path, const lora_source *src, uint32_t n,
                                 const char *type, const char *fingerprint, const char *out_path,
                                 threadpool *pool, const atomic_int *cancel, int log_progress_lines,
-                                lora_merge_report *rep, corral_error *err) {
+                                const corral_progress *progress, lora_merge_report *rep,
+                                corral_error *err) {
     const double t0 = now_seconds();
     quantize_ftype ft;
     corral_status st = parse_type(type, &ft, err);
@@ -218,7 +225,10 @@ corral_status lora__quant_build(const char *base_path, const lora_source *src, u
                                     .user = &ms};
         quant_meta meta = {
             .base_abs = abs, .adapter_strs = adapter_strs, .n = n, .type = quantize_ftype_name(ft)};
-        progress_log pl = {.out_path = out_path, .last_tenth = UINT32_MAX};
+        progress_log pl = {.out_path = out_path,
+                           .last_tenth = UINT32_MAX,
+                           .lines = log_progress_lines != 0,
+                           .progress = progress};
         quantize_params qp = quantize_params_default();
         qp.ftype = ft;
         qp.pool = pool;
@@ -228,7 +238,7 @@ corral_status lora__quant_build(const char *base_path, const lora_source *src, u
         qp.image_fingerprint = fingerprint;
         qp.add_metadata = add_meta;
         qp.metadata_user = &meta;
-        if (log_progress_lines) {
+        if (log_progress_lines || (progress && progress->fn)) {
             qp.progress = log_progress;
             qp.progress_user = &pl;
         }
@@ -263,11 +273,20 @@ corral_status lora__quant_build(const char *base_path, const lora_source *src, u
 corral_status lora_merge_quantize_file(const char *base_path, const lora_source *src, uint32_t n,
                                        const char *type, const char *out_path, threadpool *pool,
                                        lora_merge_report *rep, corral_error *err) {
+    return lora_merge_quantize_file_progress(base_path, src, n, type, out_path, pool, NULL, rep,
+                                             err);
+}
+
+corral_status lora_merge_quantize_file_progress(const char *base_path, const lora_source *src,
+                                                uint32_t n, const char *type, const char *out_path,
+                                                threadpool *pool, const corral_progress *progress,
+                                                lora_merge_report *rep, corral_error *err) {
     if (!base_path || !out_path)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "lora_merge_quantize_file: NULL argument");
     char fp[IMAGE_FINGERPRINT_CHARS + 1];
     corral_status st = lora__quant_fingerprint(base_path, src, n, type, fp, err);
     if (st != CORRAL_OK) return st;
-    return lora__quant_build(base_path, src, n, type, fp, out_path, pool, NULL, 0, rep, err);
+    return lora__quant_build(base_path, src, n, type, fp, out_path, pool, NULL, 0, progress, rep,
+                             err);
 }

@@ -268,6 +268,7 @@ static const Corral__V1__ProgressPhase phase_to_proto[] = {
     [JOB_PHASE_LOADING] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_LOADING,
     [JOB_PHASE_MERGING] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_MERGING,
     [JOB_PHASE_REPACKING] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_REPACKING,
+    [JOB_PHASE_QUANTIZING] = CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_QUANTIZING,
 };
 
 size_t zproto_pack_progress(zproto_buf *b, uint64_t id, const job_progress *jp, const char *model) {

@@ -70,10 +70,11 @@ typedef struct job_text {
 
 /* What a job waits on while it reports progress (proto ProgressPhase). */
 typedef enum job_phase {
-    JOB_PHASE_PREFILL = 1,   /* its prompt runs through the model: done/total are tokens */
-    JOB_PHASE_LOADING = 2,   /* its model's file is opened, or its weights mapped again */
-    JOB_PHASE_MERGING = 3,   /* a variant's adapters are merged: done/total are tensors */
-    JOB_PHASE_REPACKING = 4, /* the weights are rearranged and written to cache.dir: tensors */
+    JOB_PHASE_PREFILL = 1,    /* its prompt runs through the model: done/total are tokens */
+    JOB_PHASE_LOADING = 2,    /* its model's file is opened, or its weights mapped again */
+    JOB_PHASE_MERGING = 3,    /* a variant's adapters are merged: done/total are tensors */
+    JOB_PHASE_REPACKING = 4,  /* the weights are rearranged and written to cache.dir: tensors */
+    JOB_PHASE_QUANTIZING = 5, /* a quantized variant is made (merged in f32, quantized): tensors */
 } job_phase;
 
 /* One progress report: total 0 when the phase has no fraction. */
@@ -84,7 +85,8 @@ typedef struct job_progress {
 
 /* Reports a job holds until its front end takes them: a later report of the same phase replaces
  * the one before it, a new phase is kept beside them, so that a client that reads slowly still
- * sees every phase its request went through (loading, merging, repacking, prefill), in order. */
+ * sees every phase its request went through (loading, merging or quantizing, repacking, prefill),
+ * in order. */
 #define JOB_PROGRESS_MAX 4
 
 /* The kind of a job's final event. */
@@ -122,7 +124,7 @@ struct job {
      * (job_take). The final event's data below is the front end's to read once job_take has
      * reported it. */
     core_sink *sink;
-    job_text pending; /* text not yet taken */
+    job_text pending;    /* text not yet taken */
     uint32_t n_progress; /* reports not yet taken, oldest first */
     job_progress progress[JOB_PROGRESS_MAX];
     job_final final;

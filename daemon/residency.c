@@ -379,12 +379,12 @@ typedef struct load_task {
     residency_source *sources; /* a variant's inputs as they were (default arena) */
     size_t n_sources;
     int64_t us;
-    /* How far it got, per phase (progress_word below; 0: not reached): written by the loader,
-     * read by the compute thread, which passes them on to the jobs waiting
-     * (residency_report_progress). A load goes through its phases in the enum's order (loading,
-     * merging, repacking), so each job is told every phase it went through, in order, even when
-     * the compute thread looked only after a phase was over. */
-    _Atomic uint64_t progress[JOB_PHASE_REPACKING + 1];
+    /* How far it got, per phase (progress_word below; 0: not reached), indexed by job_phase:
+     * written by the loader, read by the compute thread, which passes them on to the jobs
+     * waiting (residency_report_progress). A load goes through its phases in load_phases' order,
+     * so each job is told every phase it went through, in order, even when the compute thread
+     * looked only after a phase was over. */
+    _Atomic uint64_t progress[JOB_PHASE_QUANTIZING + 1];
     int progress_phase;         /* loader: the phase of its last note */
     unsigned progress_permille; /* loader: the last fraction that woke the compute thread */
 } load_task;
@@ -426,6 +426,16 @@ static void load_note_repacking(void *user, uint64_t done, uint64_t total) {
     load_note(user, JOB_PHASE_REPACKING, done, total);
 }
 
+static void load_note_quantizing(void *user, uint64_t done, uint64_t total) {
+    load_note(user, JOB_PHASE_QUANTIZING, done, total);
+}
+
+/* The phases of a load in the order they happen: a variant is merged, or made quantized (with
+ * its adapters merged as it goes), before its weights are rearranged. */
+static const job_phase load_phases[] = {JOB_PHASE_LOADING, JOB_PHASE_MERGING, JOB_PHASE_QUANTIZING,
+                                        JOB_PHASE_REPACKING};
+#define N_LOAD_PHASES (sizeof load_phases / sizeof load_phases[0])
+
 /* Whether a job wants its model's load progress: a Generate always (its client handles Progress
  * anyway), a Load or Pin that asked for it; a Tokenize never (its client waits for one reply). */
 static bool wants_load_progress(const sjob *sj) {
@@ -437,9 +447,11 @@ static bool wants_load_progress(const sjob *sj) {
 /* Tell sj what t reached since its last report: each phase from the one it was told last on,
  * in order, with its latest figures. */
 static void report_load(sjob *sj, load_task *t) {
-    const int last = (int)(sj->load_progress >> 56);
-    for (int phase = last ? last : JOB_PHASE_LOADING; phase <= JOB_PHASE_REPACKING; phase++) {
-        const uint64_t w = atomic_load(&t->progress[phase]);
+    const job_phase last = (job_phase)(sj->load_progress >> 56);
+    size_t from = 0;
+    while (sj->load_progress && from + 1 < N_LOAD_PHASES && load_phases[from] != last) from++;
+    for (size_t i = from; i < N_LOAD_PHASES; i++) {
+        const uint64_t w = atomic_load(&t->progress[load_phases[i]]);
         if (!w || w == sj->load_progress) continue;
         sj->load_progress = w;
         const job_progress p = progress_unpack(w);
@@ -481,7 +493,7 @@ static corral_status load_weights_path(load_task *t, corral_error *err) {
             /* Every byte is checked the first time; later swap-ins trust the verified image. */
             .verify = t->verify_full ? IMAGE_VERIFY_FULL : IMAGE_VERIFY_METADATA,
             .cancel = &t->t.base.cancel,
-            .progress = {.fn = load_note_merging, .user = t}};
+            .progress = {.fn = mc->quantize ? load_note_quantizing : load_note_merging, .user = t}};
         const unsigned scope = mem_scope_default();
         corral_status st = lora_variant_prepare(&req, &v, err);
         mem_scope_leave(scope);
@@ -808,7 +820,7 @@ static load_task *load_task_new(struct core *k, sched_model *sm, bool from_swap)
     actor_task_init(&t->t.base, load_run, 0);
     t->t.finish = load_finish;
     t->k = k;
-    for (int phase = 0; phase <= JOB_PHASE_REPACKING; phase++) atomic_init(&t->progress[phase], 0);
+    for (int phase = 0; phase <= JOB_PHASE_QUANTIZING; phase++) atomic_init(&t->progress[phase], 0);
     atomic_store(&t->progress[JOB_PHASE_LOADING], progress_word(JOB_PHASE_LOADING, 0, 0));
     t->progress_phase = JOB_PHASE_LOADING;
     t->sm = sm;

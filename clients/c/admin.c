@@ -360,7 +360,7 @@ static const char *const model_state_names[] = {
 static const char *const progress_phase_names[] = {
     [CORRAL_PHASE_UNSPECIFIED] = "unspecified", [CORRAL_PHASE_PREFILL] = "prefill",
     [CORRAL_PHASE_LOADING] = "loading",         [CORRAL_PHASE_MERGING] = "merging",
-    [CORRAL_PHASE_REPACKING] = "repacking",
+    [CORRAL_PHASE_REPACKING] = "repacking",     [CORRAL_PHASE_QUANTIZING] = "quantizing",
 };
 
 const char *corral_progress_phase_name(corral_progress_phase phase) {

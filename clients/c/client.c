@@ -375,7 +375,10 @@ corral_status client__error_from(const Corral__V1__Error *e, corral_error *err) 
 
 void client__progress_from(const Corral__V1__Progress *p, corral_progress_info *out) {
     memset(out, 0, sizeof *out);
-    out->phase = (corral_progress_phase)p->phase;
+    /* A phase from a newer daemon that this library does not know reads as unspecified. */
+    out->phase = p->phase <= CORRAL__V1__PROGRESS_PHASE__PROGRESS_PHASE_QUANTIZING
+                     ? (corral_progress_phase)p->phase
+                     : CORRAL_PHASE_UNSPECIFIED;
     out->done = p->done;
     out->total = p->total;
     /* A daemon from before phases sends prefill's two fields only. */

@@ -310,7 +310,8 @@ typedef enum corral_progress_phase {
     CORRAL_PHASE_PREFILL = 1,     /* the prompt runs through the model: done/total in tokens */
     CORRAL_PHASE_LOADING = 2,     /* the model is being loaded (total 0: no fraction) */
     CORRAL_PHASE_MERGING = 3,     /* a variant's LoRA adapters are merged: tensors */
-    CORRAL_PHASE_REPACKING = 4, /* the weights are rearranged and cached, once per file: tensors */
+    CORRAL_PHASE_REPACKING = 4,  /* the weights are rearranged and cached, once per file: tensors */
+    CORRAL_PHASE_QUANTIZING = 5, /* a quantized variant is made and cached, once: tensors */
 } corral_progress_phase;
 
 /* One progress report (proto Progress). */
@@ -497,7 +498,8 @@ CORRAL_API corral_status corral_unload_force(corral_client *client, const char *
 CORRAL_API const char *corral_stop_reason_name(corral_stop_reason reason);
 CORRAL_API const char *corral_model_state_name(corral_model_state state);
 CORRAL_API const char *corral_priority_name(corral_priority priority);
-/* "prefill", "loading", "merging", "repacking" (what a person reads beside a progress bar). */
+/* "prefill", "loading", "merging", "repacking", "quantizing" (what a person reads beside a
+ * progress bar). */
 CORRAL_API const char *corral_progress_phase_name(corral_progress_phase phase);
 
 /* Parse "background", "interactive", "realtime" (or "default"). Returns 0 and sets *out, or -1. */

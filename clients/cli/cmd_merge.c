@@ -115,10 +115,11 @@ int cmd_merge(int argc, char **argv) {
     lora_merge_report rep;
     cli_progress line;
     cli_progress_init(&line, out);
-    line.engine_what = "merging";
+    line.engine_what = type ? "merging and quantizing" : "merging";
     const corral_progress progress = {.fn = cli_progress_engine, .user = &line};
     corral_status st =
-        type ? lora_merge_quantize_file(base, src, n, type, out, pool, &rep, &err)
+        type ? lora_merge_quantize_file_progress(base, src, n, type, out, pool, &progress, &rep,
+                                                 &err)
              : lora_merge_file_progress(base, src, n, out, pool, &progress, &rep, &err);
     cli_progress_clear(&line);
     uint32_t nth = threadpool_n_threads(pool);

@@ -164,6 +164,35 @@ def test_load_reports_its_phases_to_the_client(start_corrald):
         assert "resident" in c.load("tale")
 
 
+def test_a_quantized_variant_reports_its_quantizing(start_corrald, tmp_path: Path):
+    # A `quantize:` entry is made once on its first load: that wait shows as its own phase,
+    # between loading and the rearranging of the quantized weights.
+    d = start_corrald(
+        f"cache: {{dir: {tmp_path}/cache}}\n"
+        "models:\n"
+        f"  - {{name: q, path: {shared_path('models/synth-llama-f32.gguf')}, quantize: q8_0}}\n"
+        f"  - name: tale-q\n    path: {STORIES}\n    quantize: q8_0\n"
+        f"    adapters: [{{path: {LORA}}}]\n"
+    )
+    with Client(d.endpoint, timeout=60) as c:
+        for name in ("q", "tale-q"):
+            seen = []
+            c.load(name, progress=seen.append)
+            got = phases(seen)
+            assert got[0] == ("loading", 0, 0), got
+            quantizing = [p for p in got if p[0] == "quantizing"]
+            assert quantizing and quantizing[-1][1] == quantizing[-1][2] > 0, got
+            assert "merging" not in [p[0] for p in got], got  # merged as it is quantized
+            order = ["loading", "quantizing", "repacking"]
+            assert [p[0] for p in got] == sorted((p[0] for p in got), key=order.index), got
+    # corral merge --type draws the same on a terminal.
+    out_path = tmp_path / "tale-q8.gguf"
+    rc, out = on_terminal([corral_path(), "merge", STORIES, "--lora", LORA, "--type", "q8_0",
+                           "-o", str(out_path)])
+    assert rc == 0, out
+    assert re.search(rb"tale-q8\.gguf: merging and quantizing \[#+\] 100%", out), out
+
+
 def test_pin_and_generation_report_progress(start_corrald):
     d = start_corrald(models_body())
     with Client(d.endpoint, timeout=60) as c:

@@ -113,6 +113,8 @@ class ProgressPhase(_StrEnum):
     """A variant's LoRA adapters are merged into its base (tensors)."""
     REPACKING = "repacking"
     """The weights are rearranged for the kernels and cached, once per file (tensors)."""
+    QUANTIZING = "quantizing"
+    """A quantized variant (a model's ``quantize:``) is made and cached, once (tensors)."""
 
 
 @dataclass(frozen=True)
