@@ -135,7 +135,8 @@ corral_client *corral_client_new_with(const corral_connect_options *o, corral_er
         if (st != CORRAL_OK) goto fail;
     }
     const int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED;
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED |
+                       ZMQ_EVENT_CONNECT_RETRIED;
     if (zmq_socket_monitor(c->dealer, CLIENT_MONITOR_ENDPOINT, events) != 0 ||
         !(c->monitor = zmq_socket(c->zctx, ZMQ_PAIR)) ||
         zmq_setsockopt(c->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
@@ -221,6 +222,10 @@ static corral_status client_read_refusal(corral_client *c, corral_error *err) {
     zmq_msg_close(&head);
     if (event == ZMQ_EVENT_CONNECTED) {
         c->connected = true; /* a daemon is there */
+        return CORRAL_OK;
+    }
+    if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+        c->connect_refused = true; /* an attempt failed: nothing accepted it (yet) */
         return CORRAL_OK;
     }
     const bool tcp = strncmp(c->endpoint, "tcp://", 6) == 0;
@@ -436,7 +441,8 @@ corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *
             /* The monitor may have news the last poll did not wait for. */
             corral_status st = client_check_refused(c, err);
             if (st != CORRAL_OK) return st;
-            if (!c->connected && now - c->connect_since_ms >= CORRAL_CONNECT_TIMEOUT_MS)
+            if (!c->connected && c->connect_refused &&
+                now - c->connect_since_ms >= CORRAL_CONNECT_TIMEOUT_MS)
                 return client_not_running(c, err);
         }
         if (now - c->last_send_ms >= CORRAL_PING_INTERVAL_MS) {
@@ -450,8 +456,9 @@ corral_status client__pump(corral_client *c, int64_t deadline_ms, corral_error *
                                     c->endpoint, CORRAL_SILENCE_LIMIT_MS / 1000);
         int64_t wait = c->last_send_ms + CORRAL_PING_INTERVAL_MS - now;
         if (deadline_ms >= 0 && deadline_ms - now < wait) wait = deadline_ms - now;
-        if (!c->connected && c->connect_since_ms + CORRAL_CONNECT_TIMEOUT_MS - now < wait)
-            wait = c->connect_since_ms + CORRAL_CONNECT_TIMEOUT_MS - now;
+        /* Wake at the connect deadline (after it, a failed attempt's event wakes the poll). */
+        const int64_t connect_by = c->connect_since_ms + CORRAL_CONNECT_TIMEOUT_MS;
+        if (!c->connected && connect_by > now && connect_by - now < wait) wait = connect_by - now;
         if (wait < 0) wait = 0;
         zmq_pollitem_t items[2] = {{.socket = c->dealer, .events = ZMQ_POLLIN},
                                    {.socket = c->monitor, .events = ZMQ_POLLIN}};

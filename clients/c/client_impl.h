@@ -68,9 +68,14 @@ struct corral_client {
 
     /* Whether a daemon is there at all: the connection was made once (the monitor's
      * ZMQ_EVENT_CONNECTED; the kernel accepts it whatever the daemon's threads are doing). Until
-     * then a call that waits fails with CORRAL_UNAVAILABLE once CORRAL_CONNECT_TIMEOUT_MS have
-     * passed since the first call began (connect_since_ms), instead of waiting out its timeout. */
+     * then, once an attempt to connect has failed (ZMQ_EVENT_CONNECT_RETRIED: refused, or no
+     * socket file), a call that waits fails with CORRAL_UNAVAILABLE when CORRAL_CONNECT_TIMEOUT_MS
+     * have passed since the first call began (connect_since_ms), instead of waiting out its
+     * timeout. Without such evidence (libzmq's I/O thread not yet scheduled on a busy machine, a
+     * tcp connection still pending) the call waits as usual: a daemon that is there is never
+     * reported missing because the machine is slow. */
     bool connected;
+    bool connect_refused;
     int64_t connect_since_ms; /* 0 until a call first waits */
     int64_t last_send_ms;     /* when anything last went out (pings are due 5 s after) */
     int64_t silent_since_ms;  /* first ping sent after the last message received; 0: none */

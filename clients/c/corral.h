@@ -13,11 +13,11 @@
  * inside a call that waits, and only until what that call waits for has arrived. Different
  * clients are independent and may be used from different threads at once.
  *
- * Liveness: a client whose endpoint accepts no connection (no daemon running) fails its calls
- * with CORRAL_UNAVAILABLE after CORRAL_CONNECT_TIMEOUT_MS. While a call waits, the library sends a
- * Ping every CORRAL_PING_INTERVAL_MS (the daemon cancels the requests of a client that stays
- * silent), and gives up with CORRAL_UNAVAILABLE when the daemon has answered nothing at all,
- * pings included, for CORRAL_SILENCE_LIMIT_MS.
+ * Liveness: a client whose endpoint refuses the connection (no daemon running: no socket file,
+ * or nothing listening) fails its calls with CORRAL_UNAVAILABLE after CORRAL_CONNECT_TIMEOUT_MS.
+ * While a call waits, the library sends a Ping every CORRAL_PING_INTERVAL_MS (the daemon cancels
+ * the requests of a client that stays silent), and gives up with CORRAL_UNAVAILABLE when the daemon
+ * has answered nothing at all, pings included, for CORRAL_SILENCE_LIMIT_MS.
  *
  * Memory and flow control: several generations may be in flight on one client. The daemon stops
  * computing a stream whose client does not read, so a caller controls the pace by how often it

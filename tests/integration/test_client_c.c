@@ -13,6 +13,7 @@
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1063,6 +1065,42 @@ START_TEST(test_no_daemon_is_unavailable_at_once) {
 }
 END_TEST
 
+/* A tcp endpoint whose connections stay pending: a listener on 127.0.0.1 whose backlog is full
+ * (the kernel then drops new connections' SYNs), as a daemon too busy to be reached at once looks.
+ * fds[0] is the listener, the others fill its backlog; close them all afterwards. */
+static void pending_endpoint(char *endpoint, size_t size, int fds[4]) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fds[0], 0);
+    ck_assert_int_eq(bind(fds[0], (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fds[0], 0), 0);
+    ck_assert_int_eq(getsockname(fds[0], (struct sockaddr *)&a, &len), 0);
+    for (int i = 1; i < 4; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        ck_assert_int_ge(fds[i], 0);
+        const int rc = connect(fds[i], (struct sockaddr *)&a, sizeof a);
+        ck_assert(rc == 0 || errno == EINPROGRESS);
+    }
+    snprintf(endpoint, size, "tcp://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+}
+
+/* Fail fast only on evidence: an attempt refused (above). A connection still pending — a daemon
+ * on a machine too busy to take it at once — waits out the call's own timeout instead of being
+ * reported "is it running?" after CORRAL_CONNECT_TIMEOUT_MS. */
+START_TEST(test_a_connection_not_made_yet_is_not_called_a_missing_daemon) {
+    char endpoint[64];
+    int fds[4];
+    pending_endpoint(endpoint, sizeof endpoint, fds);
+    corral_error err;
+    corral_client *c = corral_client_new(endpoint, &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
+    ck_assert_int_eq(corral_client_ping(c, 3000, NULL, &err), CORRAL_DEADLINE_EXCEEDED);
+    corral_client_destroy(&c);
+    for (int i = 0; i < 4; i++) close(fds[i]);
+}
+END_TEST
+
 START_TEST(test_no_daemon_times_out_naming_endpoint) {
     corral_error err;
     ck_assert_ptr_null(corral_client_new("http://example.com", &err));
@@ -1881,6 +1919,7 @@ static Suite *client_c_suite(void) {
     tcase_set_timeout(offline, 120);
     tcase_add_test(offline, test_no_daemon_times_out_naming_endpoint);
     tcase_add_test(offline, test_no_daemon_is_unavailable_at_once);
+    tcase_add_test(offline, test_a_connection_not_made_yet_is_not_called_a_missing_daemon);
     tcase_add_test(offline, test_cli_without_daemon);
     suite_add_tcase(s, offline);
 

@@ -41,6 +41,7 @@ from conftest import corrald_path, shared_path
 from corral import (
     AsyncClient,
     Client,
+    DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
     ProgressPhase,
@@ -366,6 +367,48 @@ def test_clients_report_a_missing_daemon_at_once(tmp_path: Path):
     start = time.monotonic()
     asyncio.run(main())
     assert time.monotonic() - start < 20
+
+
+def pending_endpoint() -> tuple[str, list]:
+    """A tcp endpoint whose connections stay pending: a listener whose backlog is full (the kernel
+    then drops new connections' SYNs), as a daemon too busy to be reached at once looks. Returns
+    the endpoint and the sockets to keep open."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    held = [listener]
+    for _ in range(3):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(listener.getsockname())
+        except BlockingIOError:
+            pass
+        held.append(s)
+    return f"tcp://127.0.0.1:{listener.getsockname()[1]}", held
+
+
+def test_a_connection_not_made_yet_is_not_called_a_missing_daemon():
+    # Fail fast only on evidence (an attempt refused, as above): a connection still pending — a
+    # daemon on a machine too busy to take it at once — waits for the call's own timeout instead of
+    # being told "is it running?" after a second.
+    endpoint, held = pending_endpoint()
+    try:
+        with Client(endpoint, timeout=3) as c:
+            with pytest.raises(DeadlineExceeded, match="within 3 s"):
+                c.ping()
+
+        async def main():
+            async with AsyncClient(endpoint, timeout=3) as ac:
+                with pytest.raises(DeadlineExceeded, match="within 3 s"):
+                    await ac.ping()
+
+        asyncio.run(main())
+    finally:
+        for s in held:
+            s.close()
 
 
 def test_a_request_that_can_never_fit_fails_at_once(start_corrald, tmp_path: Path):

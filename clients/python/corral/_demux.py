@@ -8,8 +8,9 @@ any more (abandoned streams, Acks of fire-and-forget Cancels, keepalive Pongs) a
 Two things are not addressed to one request and go to every inbox: an Error with id 0 (the daemon
 could not decode something this connection sent) and a frame this client cannot decode.
 
-Liveness: a daemon that never accepted the connection is reported within
-``_codec.CONNECT_TIMEOUT_S`` (:meth:`Demux.connect_deadline`). ``last_heard`` is when the daemon
+Liveness: a daemon that is not there (an attempt to connect failed: no socket file, nothing
+listening) and never accepted the connection is reported within ``_codec.CONNECT_TIMEOUT_S``
+(:meth:`Demux.not_running`). ``last_heard`` is when the daemon
 last said anything; the patient callers' timeouts
 measure silence from it. When the connection drops (the daemon stopped, crashed or restarted, or
 refused an oversized message), requests in flight can never be answered: :meth:`connection_lost`
@@ -38,10 +39,15 @@ class Demux:
         self.last_heard = float("-inf")  # monotonic time of the last frame received
         self.last_sent = float("-inf")  # monotonic time of the last request sent
         # Whether anything ever accepted the connection (the monitor's EVENT_CONNECTED: the
-        # kernel accepts it whatever the daemon's threads are doing), and when a call first
-        # waited: a call fails with Unavailable once CONNECT_TIMEOUT_S passed from there without
-        # a connection (no daemon is running).
+        # kernel accepts it whatever the daemon's threads are doing), whether an attempt failed
+        # (EVENT_CONNECT_RETRIED: refused, or no socket file), and when a call first waited: a
+        # call fails with Unavailable once CONNECT_TIMEOUT_S passed from there with an attempt
+        # failed and no connection (no daemon is running). Without a failed attempt (libzmq's
+        # I/O thread not yet scheduled on a busy machine, a tcp connection still pending) calls
+        # wait as usual: a daemon that is there is not reported missing because the machine is
+        # slow.
         self.connected = False
+        self.connect_refused = False
         self.connect_since: Optional[float] = None
 
     def connect_deadline(self, now: float) -> Optional[float]:
@@ -52,6 +58,18 @@ class Demux:
         if self.connect_since is None:
             self.connect_since = now
         return self.connect_since + _codec.CONNECT_TIMEOUT_S
+
+    def not_running(self, now: float) -> bool:
+        """Whether a waiting call should give up on the daemon now: never connected, an attempt
+        failed, and CONNECT_TIMEOUT_S passed since the first call waited."""
+        deadline = self.connect_deadline(now)
+        return deadline is not None and self.connect_refused and now >= deadline
+
+    def connect_failed(self) -> Set[int]:
+        """An attempt to connect failed (the monitor's EVENT_CONNECT_RETRIED). Returns the ids
+        in flight, whose waiters should look again."""
+        self.connect_refused = True
+        return set(self.inboxes)
 
     def new_id(self) -> int:
         """A fresh request id whose answers will be dropped (fire-and-forget requests)."""

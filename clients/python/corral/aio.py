@@ -211,7 +211,10 @@ class AsyncClient:
         if keys is not None:
             _auth.set_curve(self._sock, keys)
         self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
+            zmq.EVENT_CONNECTED
+            | zmq.EVENT_CONNECT_RETRIED
+            | zmq.EVENT_DISCONNECTED
+            | _auth.HANDSHAKE_EVENTS
         )
         try:
             self._sock.connect(self.endpoint)
@@ -345,9 +348,10 @@ class AsyncClient:
                 raise _codec.silence_error(self.endpoint, timeout)
             connect_by = self._demux.connect_deadline(now)
             if connect_by is not None:
-                if now >= connect_by:
+                if self._demux.not_running(now):
                     raise _codec.not_running_error(self.endpoint)
-                left = min(left, connect_by - now)
+                if connect_by > now:  # (after it, a failed attempt wakes the waiter)
+                    left = min(left, connect_by - now)
             event.clear()
             if math.isinf(left):
                 await event.wait()
@@ -386,6 +390,9 @@ class AsyncClient:
                     event = _codec.monitor_event(frames)
                     if event == zmq.EVENT_CONNECTED:
                         self._demux.connected = True
+                        continue
+                    if event == zmq.EVENT_CONNECT_RETRIED:
+                        self._wake_up(self._demux.connect_failed())
                         continue
                     if event == zmq.EVENT_DISCONNECTED:
                         await self._drain()  # answers that arrived before the drop still count

@@ -227,7 +227,10 @@ class Client:
         # Disconnections tell that requests in flight are lost (see the module documentation);
         # failed handshakes that corrald refused the connection.
         self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | _auth.HANDSHAKE_EVENTS
+            zmq.EVENT_CONNECTED
+            | zmq.EVENT_CONNECT_RETRIED
+            | zmq.EVENT_DISCONNECTED
+            | _auth.HANDSHAKE_EVENTS
         )
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
@@ -329,14 +332,14 @@ class Client:
             connect_by = self._demux.connect_deadline(now)
             if connect_by is not None:
                 self._read_monitor()  # news the last poll did not wait for
-                connect_by = self._demux.connect_deadline(now)
-                if connect_by is not None and now >= connect_by:
+                if self._demux.not_running(now):
                     raise _codec.not_running_error(self.endpoint)
+                connect_by = self._demux.connect_deadline(now)
             if now - self._demux.last_sent >= interval:
                 self._send_keepalive(now)
             until = min(since + timeout, self._demux.last_sent + interval)
-            if connect_by is not None:
-                until = min(until, connect_by)
+            if connect_by is not None and connect_by > now:
+                until = min(until, connect_by)  # (after it, a failed attempt wakes the poll)
             wait_ms = max(1, math.ceil((until - now) * 1000))
             ready = dict(self._poller.poll(wait_ms))
             if self._sock in ready:
@@ -362,6 +365,9 @@ class Client:
             event = _codec.monitor_event(frames)
             if event == zmq.EVENT_CONNECTED:
                 self._demux.connected = True
+                continue
+            if event == zmq.EVENT_CONNECT_RETRIED:
+                self._demux.connect_failed()
                 continue
             if event == zmq.EVENT_DISCONNECTED:
                 self._drain()  # answers that arrived before the drop still count
