@@ -58,6 +58,18 @@ from .types import (
 __all__ = ["AsyncClient", "AsyncStream"]
 
 
+async def _wait_event(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set or ``seconds`` pass, whichever comes first. Not
+    ``asyncio.wait_for``: before Python 3.12 it swallows the task's cancellation when the event
+    is set in the same loop iteration (a message arriving as the caller cancels), and the
+    cancelled generation would then run to its end."""
+    timer = asyncio.get_running_loop().call_later(seconds, event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
+
+
 class AsyncStream(AsyncIterator[Chunk]):
     """The chunks of a streamed generation: ``await client.generate(..., stream=True)``.
 
@@ -356,10 +368,7 @@ class AsyncClient:
             if math.isinf(left):
                 await event.wait()
                 continue
-            try:
-                await asyncio.wait_for(event.wait(), left)
-            except asyncio.TimeoutError:
-                pass
+            await _wait_event(event, left)
         return box.popleft()
 
     def _wake_up(self, ids: Iterable[int]) -> None:
@@ -428,10 +437,7 @@ class AsyncClient:
                     self._demux.sent(now)  # the silence timeout will tell; do not spin
                 continue
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), due - now)
-            except asyncio.TimeoutError:
-                pass
+            await _wait_event(self._wake, due - now)
 
     async def _call(
         self,
