@@ -44,6 +44,7 @@ from corral import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     ProgressPhase,
     ResourceExhausted,
     Unavailable,
@@ -323,13 +324,14 @@ def test_template_names_get_a_suggestion(tmp_path: Path):
 def test_failed_requests_are_logged_at_warn(start_corrald):
     d = start_corrald(models_body())
     with Client(d.endpoint, timeout=30) as c:
-        with pytest.raises(Exception):
+        with pytest.raises(NotFound):
             c.generate("nope", "x")
         with pytest.raises(InvalidArgument):
             c.generate("stories", "x", max_tokens=100000)
     log = d.log()
     assert re.search(r'level=warn msg="request failed" id=\d+ app=\S+ kind=generate model=nope '
-                     r'code=NOT_FOUND reason="model \'nope\' is not configured"', log), log
+                     r'code=NOT_FOUND reason="model \'nope\' is not configured; configured: '
+                     r'stories, tale, synth"', log), log
     assert re.search(r'level=warn msg="request failed" .*model=stories code=INVALID_ARGUMENT '
                      r'reason="max_tokens 100000 exceeds', log), log
 
