@@ -5,8 +5,12 @@
  */
 #include <check.h>
 #include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "corral/log.h"
 
 #include "corral/prompt.h"
 #include "testutil.h"
@@ -185,6 +189,72 @@ START_TEST(test_file_chat_template_detection) {
 }
 END_TEST
 
+/* Reads all of `path` into a malloc'd buffer (NUL-terminated); *len gets its size. */
+static char *read_whole_file(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert_int_eq(fseek(fp, 0, SEEK_END), 0);
+    long n = ftell(fp);
+    ck_assert_int_ge(n, 0);
+    rewind(fp);
+    char *buf = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
+    buf[n] = '\0';
+    fclose(fp);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* A model whose tokenizer.chat_template is none corral knows: chats fall back to 'none', and the
+ * log says so, naming the fallback and how to choose a template instead. The phi-3 vocabulary's
+ * template is overwritten in a copy by text of the same length, so the file stays valid. */
+START_TEST(test_unrecognised_template_is_logged_with_its_fallback) {
+    size_t len;
+    char *file = read_whole_file(test_shared_path("vocab/ggml-vocab-phi-3.gguf"), &len);
+    static const char key[] = "tokenizer.chat_template";
+    char *at = memmem(file, len, key, sizeof key - 1);
+    ck_assert_ptr_nonnull(at);
+    /* key, then the value's type (uint32 = 8, a string), then its length (uint64), then text */
+    char *p = at + sizeof key - 1 + 4;
+    uint64_t n;
+    memcpy(&n, p, sizeof n);
+    ck_assert_uint_gt(n, 16);
+    ck_assert_uint_le(n, (uint64_t)(file + len - (p + 8)));
+    memset(p + 8, ' ', n);
+    memcpy(p + 8, "{{ unknown }}", 13);
+
+    char model_path[] = "/tmp/corral-test-prompt-XXXXXX";
+    int fd = mkstemp(model_path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, file, len), (ssize_t)len);
+    close(fd);
+    free(file);
+    char log_path[] = "/tmp/corral-test-prompt-log-XXXXXX";
+    int log_fd = mkstemp(log_path);
+    ck_assert_int_ge(log_fd, 0);
+
+    corral_error err;
+    gguf_file *f = gguf_open(model_path, &err);
+    ck_assert_msg(f != NULL, "%s", err.message);
+    const int old_fd = log_set_fd(log_fd);
+    const chat_template tmpl = prompt_file_chat_template(f);
+    log_set_fd(old_fd);
+    gguf_destroy(&f);
+    ck_assert_int_eq(tmpl, CHAT_TEMPLATE_NONE);
+
+    size_t log_len;
+    char *log = read_whole_file(log_path, &log_len);
+    ck_assert_msg(strstr(log, "level=warn") && strstr(log, "not one corral recognises") &&
+                      strstr(log, "fallback=none") && strstr(log, "template:"),
+                  "log: %s", log);
+    free(log);
+    close(log_fd);
+    unlink(log_path);
+    unlink(model_path);
+}
+END_TEST
+
 START_TEST(test_bad_role_is_named) {
     vocab v[MAX_VOCABS];
     int n = open_vocabs(v);
@@ -206,6 +276,7 @@ static Suite *prompt_suite(void) {
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_benign_chat_equals_rendered_string_tokenization);
     tcase_add_test(core, test_file_chat_template_detection);
+    tcase_add_test(core, test_unrecognised_template_is_logged_with_its_fallback);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_user_text_never_yields_control_tokens);
