@@ -84,6 +84,39 @@ def test_greedy_through_http_equals_corral_run(api):
     assert json.loads(payload)["choices"][0]["text"] == cli_text
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"temperature": 0, "presence_penalty": 1.5},
+        {"temperature": 0, "frequency_penalty": 1.5},
+        {"temperature": 0.9, "top_p": 0.8, "seed": 7},
+    ],
+    ids=["presence_penalty", "frequency_penalty", "temperature_top_p_seed"],
+)
+def test_sampling_fields_reach_the_sampler(api, fields):
+    """An OpenAI body's sampling fields change the text exactly as the same settings do over
+    ZeroMQ, and the text differs from what the request without them gives (so a field the front
+    end dropped would show)."""
+    from corral import Client
+
+    daemon, port = api
+
+    def over_http(body_fields: dict) -> str:
+        resp, payload = request(port, "POST", "/v1/completions",
+                                {"model": "stories", "prompt": PROMPT, "max_tokens": 96,
+                                 **body_fields})
+        assert resp.status == 200, payload
+        return json.loads(payload)["choices"][0]["text"]
+
+    with Client(daemon.endpoint, timeout=60) as c:
+        over_zmq = c.generate("stories", PROMPT, max_tokens=96, **fields)
+        plain = c.generate("stories", PROMPT, max_tokens=96,
+                           temperature=fields["temperature"],
+                           **({"seed": 8} if "seed" in fields else {}))
+    assert over_http(fields) == over_zmq
+    assert over_zmq != plain
+
+
 def test_headers_and_request_id(api):
     _, port = api
     resp, payload = request(port, "GET", "/v1/models", headers={"X-Request-Id": "abc-123"})
