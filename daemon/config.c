@@ -1745,19 +1745,22 @@ void cfg_destroy(cfg **pc) {
 
 const cfg_model *cfg_find_model(const cfg *c, const char *name) {
     for (size_t i = 0; name && i < c->n_models; i++)
-        if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
+        if (c->models[i].name && strcmp(c->models[i].name, name) == 0)
+            return &c->models[i];
     return NULL;
 }
 
 const cfg_app *cfg_find_app(const cfg *c, const char *name) {
     for (size_t i = 0; name && i < c->n_apps; i++)
-        if (strcmp(c->apps[i].name, name) == 0) return &c->apps[i];
+        if (c->apps[i].name && strcmp(c->apps[i].name, name) == 0)
+            return &c->apps[i];
     return NULL;
 }
 
 const cfg_sanitizer *cfg_find_sanitizer(const cfg *c, const char *name) {
     for (size_t i = 0; name && i < c->n_sanitizers; i++)
-        if (strcmp(c->sanitizers[i].name, name) == 0) return &c->sanitizers[i];
+        if (c->sanitizers[i].name && strcmp(c->sanitizers[i].name, name) == 0)
+            return &c->sanitizers[i];
     return NULL;
 }
 

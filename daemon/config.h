@@ -240,7 +240,8 @@ corral_status cfg_check_models(const cfg *c, const char *name, cfg_report *repor
 /* Free a configuration. NULL-safe; sets *c to NULL. */
 void cfg_destroy(cfg **c);
 
-/* The model or app called name, or NULL. */
+/* The model, app or sanitizer profile called name, or NULL. Entries without a name (a config
+ * with problems, whose checks still run) are skipped. */
 const cfg_model *cfg_find_model(const cfg *c, const char *name);
 const cfg_app *cfg_find_app(const cfg *c, const char *name);
 const cfg_sanitizer *cfg_find_sanitizer(const cfg *c, const char *name);

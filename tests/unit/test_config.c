@@ -529,6 +529,40 @@ START_TEST(test_every_problem_is_reported) {
 }
 END_TEST
 
+/* Entries that lack their name are reported, and the checks that look names up (an app's
+ * models, a model's profile, the default app) still run over them without touching the missing
+ * name. Found by fuzz_config: an app naming a model beside a model without a name. */
+START_TEST(test_entries_without_names_are_reported_and_skipped) {
+    const char *text = "models:\n"
+                       "  - {n, ame: s, path: /etc/hostname, sanitizer: p}\n"
+                       "sanitizers:\n"
+                       "  - {steps: []}\n"
+                       "apps:\n"
+                       "  - {models: [s]}\n"
+                       "  - {name: a, models: [s], sanitizer: p}\n"
+                       "auth:\n"
+                       "  default_app: a\n";
+    cfg_report rep = {0};
+    corral_error err;
+    cfg *c = cfg_load_string_report(text, strlen(text), "t.yaml", &rep, NULL, &err);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(err.status, CORRAL_INVALID_ARGUMENT);
+    const char *want[] = {
+        "models: entry 1 lacks the required key 'name'",
+        "sanitizers: entry 1 lacks the required key 'name'",
+        "apps: entry 1 lacks the required key 'name'",
+        "app 'a' names model 's', which is not configured",
+        "app 'a' names sanitizer profile 'p', which is not in `sanitizers`",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        bool found = false;
+        for (size_t k = 0; k < rep.n && !found; k++) found = strstr(rep.problems[k], want[i]);
+        ck_assert_msg(found, "no problem like '%s' (first: %s)", want[i], rep.problems[0]);
+    }
+    cfg_report_free(&rep);
+}
+END_TEST
+
 /* Issue 20, finding 3: the model files' headers, templates and contexts are checked without
  * loading weights, every problem with the place of its key and a did-you-mean for names. */
 START_TEST(test_model_checks_read_headers) {
@@ -630,6 +664,7 @@ static Suite *config_suite(void) {
     tcase_add_test(errors, test_http_errors);
     tcase_add_test(errors, test_auth_key_errors);
     tcase_add_test(errors, test_every_problem_is_reported);
+    tcase_add_test(errors, test_entries_without_names_are_reported_and_skipped);
     tcase_add_test(errors, test_model_checks_read_headers);
     suite_add_tcase(s, errors);
     return s;
