@@ -1526,7 +1526,7 @@ static corral_status cfg_check_whole(cfg *c, const char *name, cfg_report *repor
                         m->at_path.col, m->name, m->path,
                         errno ? strerror(errno) : "not a regular file");
         for (size_t k = 0; k < m->n_adapters; k++)
-            if (stat(m->adapters[k].path, &st) != 0)
+            if (m->adapters[k].path && stat(m->adapters[k].path, &st) != 0)
                 cfg_problem(&ck, "%s:%d:%d: model '%s': adapter %s: %s", name, m->at.line,
                             m->at.col, m->name, m->adapters[k].path, strerror(errno));
         quantize_ftype ft;

@@ -89,6 +89,7 @@ static void check_file(check_state *cs, const cfg_model *m) {
                 "the model's own",
                 (long long)m->context, hp->n_ctx_train, m->path, hp->arch);
     for (size_t i = 0; i < m->n_adapters; i++) {
+        if (!m->adapters[i].path) continue; /* its entry failed: reported by the loader */
         lora_adapter *a = lora_adapter_open(m->adapters[i].path, model_get_gguf(md), &why);
         if (!a)
             problem(cs, m, m->at, "adapter %s does not fit %s: %s", m->adapters[i].path, m->path,

@@ -531,24 +531,32 @@ END_TEST
 
 /* Entries that lack their name are reported, and the checks that look names up (an app's
  * models, a model's profile, the default app) still run over them without touching the missing
- * name. Found by fuzz_config: an app naming a model beside a model without a name. */
+ * name. Found by fuzz_config: an app naming a model beside a model without a name, and an adapter
+ * without its path. */
 START_TEST(test_entries_without_names_are_reported_and_skipped) {
-    const char *text = "models:\n"
-                       "  - {n, ame: s, path: /etc/hostname, sanitizer: p}\n"
-                       "sanitizers:\n"
-                       "  - {steps: []}\n"
-                       "apps:\n"
-                       "  - {models: [s]}\n"
-                       "  - {name: a, models: [s], sanitizer: p}\n"
-                       "auth:\n"
-                       "  default_app: a\n";
+    char text[8192];
+    snprintf(text, sizeof text,
+             "models:\n"
+             "  - {n, ame: s, path: /etc/hostname, sanitizer: p}\n"
+             "  - {name: t, path: %s, adapters: [{scale: 1}, [x]]}\n"
+             "sanitizers:\n"
+             "  - {steps: []}\n"
+             "apps:\n"
+             "  - {models: [s]}\n"
+             "  - {name: a, models: [s], sanitizer: p}\n"
+             "auth:\n"
+             "  default_app: a\n",
+             test_shared_path("models/stories260K.gguf"));
     cfg_report rep = {0};
     corral_error err;
-    cfg *c = cfg_load_string_report(text, strlen(text), "t.yaml", &rep, NULL, &err);
+    /* With the model files' checks too (corrald --check-config, startup, reloads). */
+    cfg *c = cfg_load_string_report(text, strlen(text), "t.yaml", &rep, cfg_check_models, &err);
     ck_assert_ptr_null(c);
     ck_assert_int_eq(err.status, CORRAL_INVALID_ARGUMENT);
     const char *want[] = {
         "models: entry 1 lacks the required key 'name'",
+        "adapters: entry 1 lacks the required key 'path'",
+        "adapters: each entry must be a mapping, got a list",
         "sanitizers: entry 1 lacks the required key 'name'",
         "apps: entry 1 lacks the required key 'name'",
         "app 'a' names model 's', which is not configured",
