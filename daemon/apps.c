@@ -10,8 +10,10 @@
  * flight (max_concurrent), its requests per minute and the tokens one request may ask for.
  * corrald's owner acting as itself has no limits of its own; the default app "" (a front end's
  * unauthenticated clients) has the rules of the entry auth.default_app names, and without one,
- * like apps no entry names, may use every model up to interactive and no admin operation. Every refusal is an Error PERMISSION_DENIED whose message names the rule, and
- * a log line with the app, the rule and the model.
+ * like apps no entry names, may use every model up to interactive and no admin operation. A
+ * session belongs to the app that made it: another app naming its id is refused. Every refusal is
+ * an Error PERMISSION_DENIED whose message names the rule, and a log line with the app, the rule
+ * and the model.
  *
  * Counters. An app's counter holds its requests in flight and its rate bucket; it exists while
  * either says something (requests in flight, or a bucket not yet full again) and is dropped
@@ -58,14 +60,18 @@ app_rules apps_rules(const struct core *k, const job *j) {
     };
 }
 
+void apps_log_denial(const job *j, const char *rule, const char *model) {
+    log_warn("permission denied", LOG_STR("app", j->app[0] ? j->app : "(default)"),
+             LOG_STR("rule", rule), LOG_STR("model", model ? model : ""), LOG_UINT("id", j->id));
+}
+
 void apps_deny(job *j, const char *rule, const char *model, const char *fmt, ...) {
     char message[CORRAL_ERROR_MESSAGE_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    log_warn("permission denied", LOG_STR("app", j->app[0] ? j->app : "(default)"),
-             LOG_STR("rule", rule), LOG_STR("model", model ? model : ""), LOG_UINT("id", j->id));
+    apps_log_denial(j, rule, model);
     job_emit_error(j, CORRAL_PERMISSION_DENIED, "%s", message);
 }
 
@@ -289,6 +295,10 @@ bool apps_admit_generate(struct core *k, job *j, sched_model *sm, cfg_priority *
         apps_deny(j, "max_tokens", sm->name,
                   "app '%s' may ask for at most %u tokens, not %u (apps[].max_tokens)", r.name,
                   r.max_tokens, g->sampling.max_tokens);
+        return false;
+    }
+    if (g->session[0] && session_of_another_app(k, g->session, j->app)) {
+        apps_deny(j, "sessions", sm->name, SESSION_DENIED_FMT, g->session);
         return false;
     }
     app_count *a = counter_find(k, j->app);

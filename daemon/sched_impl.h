@@ -332,6 +332,15 @@ void residency_kv_free(sched_model *sm, kv_cache **kv);
 void residency_free_all(struct core *k);
 
 /* session.c */
+/* The refusal of another app's session (its argument: the id). It does not say whose it is. */
+#define SESSION_DENIED_FMT \
+    "session '%s' belongs to another app: a session is private to the app that made it"
+/* Whether the session `id` belongs to an app other than `app`: another app's session of that id
+ * is in memory or an earlier corrald's image of it is on disk, and `app` has none of its own (a
+ * pair left by an older corrald, whose ids were per app, keeps serving each). */
+bool session_of_another_app(struct core *k, const char *id, const char *app);
+/* Attach sj to its session, made when new; PERMISSION_DENIED (logged) when the id is another
+ * app's (session_of_another_app: it became so after sj was admitted). */
 corral_status session_attach(struct core *k, sjob *sj, corral_error *err);
 void session_detach(struct core *k, sjob *sj);
 /* Write an idle session's cache out (io actor) and free it when written. */
@@ -396,15 +405,17 @@ app_rules apps_rules(const struct core *k, const job *j);
 /* Refuse j with PERMISSION_DENIED (message from fmt) and log the rule, the app and the model. */
 void apps_deny(job *j, const char *rule, const char *model, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The log line of a refusal, for a refusal answered otherwise than by apps_deny. */
+void apps_log_denial(const job *j, const char *rule, const char *model);
 /* What every request but Status and ListModels passes first: the rate, admin operations. */
 bool apps_admit(struct core *k, job *j);
 /* Whether j's app may use sm. */
 bool apps_allow_model(struct core *k, job *j, const sched_model *sm);
 /* Whether j's app may see model (Status, ListModels show only the models it may use). */
 bool apps_allows_model_name(const struct core *k, const job *j, const char *model);
-/* A Generate's rules on sm: its class (*prio: refused above the ceiling), max_tokens,
- * max_concurrent, limits.queue_per_app, and the model queue's share (which may end another app's
- * waiting request to make room). */
+/* A Generate's rules on sm: its class (*prio: refused above the ceiling), max_tokens, its
+ * session (another app's is refused), max_concurrent, limits.queue_per_app, and the model queue's
+ * share (which may end another app's waiting request to make room). */
 bool apps_admit_generate(struct core *k, job *j, sched_model *sm, cfg_priority *prio);
 /* A Generate is counted (admitted), or uncounted (it ended). */
 void apps_count(struct core *k, sjob *sj);

@@ -1,8 +1,9 @@
 /*
  * session.c — conversations kept between requests.
  *
- * A session is (app, id): a request that names one continues its app's session of that id (the
- * same id named by another app is another session: ids are private to each app). Its KV cache
+ * A session is named by its id and belongs to the app that made it: a request that names it
+ * continues it, and a request of another app naming the same id is refused (PERMISSION_DENIED,
+ * checked at admission and again when the request starts) until the session ends. Its KV cache
  * stays in memory between requests (charged to its model), so the next turn only prefills what is
  * new: the longest prefix of the new prompt that the cache already holds is reused. When memory is
  * needed an idle session's cache is written to the swap directory (swap.h) and read back when the
@@ -268,11 +269,25 @@ void session_expire(struct core *k) {
     }
 }
 
+bool session_of_another_app(struct core *k, const char *id, const char *app) {
+    bool other = false;
+    for (const sched_session *ss = k->sessions; ss; ss = ss->next) {
+        if (strcmp(ss->id, id) != 0) continue;
+        if (strcmp(ss->app, app) == 0) return false;
+        other = true;
+    }
+    const swap_session_key own = {.app = app, .session = id};
+    if (swap_session_exists(k->swap, &own)) return false;
+    return other || swap_session_held_elsewhere(k->swap, id, app);
+}
+
 corral_status session_attach(struct core *k, sjob *sj, corral_error *err) {
     const char *id = sj->j->req.generate.session;
+    if (session_of_another_app(k, id, sj->j->app)) {
+        apps_log_denial(sj->j, "sessions", sj->model->name);
+        return corral_error_set(err, CORRAL_PERMISSION_DENIED, SESSION_DENIED_FMT, id);
+    }
     for (sched_session *ss = k->sessions; ss; ss = ss->next) {
-        /* Each app has its sessions to itself: another app's session of the same id is another
-         * session, and nothing tells whether it exists. */
         if (strcmp(ss->id, id) != 0 || strcmp(ss->app, sj->j->app) != 0) continue;
         if (ss->model != sj->model) {
             if (ss->busy)

@@ -22,10 +22,46 @@
 #define SWAP_KIND   "kv-session"
 #define SWAP_PREFIX "session-"
 
+/* An image an earlier corrald left: whose session it holds. Sessions of this run are the core's
+ * own records (session.c); these answer for the images no session has claimed yet. */
+typedef struct swap_owner {
+    char *app, *session;
+} swap_owner;
+
 struct swap_dir {
     char *path;
     bool writable;
+    int64_t max_age_ms;
+    swap_owner *owners; /* one per image kept by the scan */
+    size_t n_owners;
 };
+
+static void session_path(const swap_dir *d, const swap_session_key *key, char *out, size_t size);
+
+/* Remember whose session the image at path holds (its app and id, as written beside its cache).
+ * An image whose name is not the hash of what it says it holds is not indexed: nothing of it is
+ * trusted. */
+static void owner_index(swap_dir *d, const char *path, const image *im) {
+    const gguf_file *f = image_gguf(im);
+    gguf_str app, session;
+    corral_error err;
+    if (gguf_get_str(f, "corral.session.app", &app, &err) != CORRAL_OK ||
+        gguf_get_str(f, "corral.session.id", &session, &err) != CORRAL_OK)
+        return;
+    char *a = strndup(app.data, app.len), *s = strndup(session.data, session.len);
+    swap_owner *grown = a && s ? realloc(d->owners, (d->n_owners + 1) * sizeof *grown) : NULL;
+    char expected[PATH_MAX];
+    if (grown) {
+        d->owners = grown;
+        session_path(d, &(swap_session_key){.app = a, .session = s}, expected, sizeof expected);
+    }
+    if (!grown || strlen(a) != app.len || strlen(s) != session.len || strcmp(expected, path) != 0) {
+        free(a);
+        free(s);
+        return;
+    }
+    d->owners[d->n_owners++] = (swap_owner){.app = a, .session = s};
+}
 
 /* Remove leftovers, expired and bad images; count what is kept. */
 static void swap_scan(swap_dir *d, int64_t max_age_ms, swap_scan_report *rep) {
@@ -53,6 +89,7 @@ static void swap_scan(swap_dir *d, int64_t max_age_ms, swap_scan_report *rep) {
         image *im = image_open(path, SWAP_KIND, NULL, IMAGE_VERIFY_FULL, &problem, &err);
         if (im) {
             rep->images_kept++;
+            owner_index(d, path, im);
             image_destroy(&im);
         } else {
             log_warn("swap image discarded", LOG_STR("path", path),
@@ -72,6 +109,7 @@ swap_dir *swap_dir_open(const char *path, int64_t max_age_ms, swap_scan_report *
         free(d);
         return NULL;
     }
+    d->max_age_ms = max_age_ms;
     corral_error why;
     if (paths_make_dir(path, &why) != CORRAL_OK) {
         log_warn("swap directory cannot be created: state will be dropped instead of swapped",
@@ -96,6 +134,11 @@ swap_dir *swap_dir_open(const char *path, int64_t max_age_ms, swap_scan_report *
 
 void swap_dir_destroy(swap_dir **pd) {
     if (!pd || !*pd) return;
+    for (size_t i = 0; i < (*pd)->n_owners; i++) {
+        free((*pd)->owners[i].app);
+        free((*pd)->owners[i].session);
+    }
+    free((*pd)->owners);
     free((*pd)->path);
     free(*pd);
     *pd = NULL;
@@ -197,6 +240,26 @@ bool swap_session_exists(const swap_dir *d, const swap_session_key *key) {
     session_path(d, key, path, sizeof path);
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+bool swap_session_held_elsewhere(swap_dir *d, const char *session, const char *app) {
+    const time_t now = time(NULL);
+    for (size_t i = 0; i < d->n_owners; i++) {
+        const swap_owner *o = &d->owners[i];
+        if (strcmp(o->session, session) != 0 || strcmp(o->app, app) == 0) continue;
+        char path[PATH_MAX];
+        session_path(d, &(swap_session_key){.app = o->app, .session = o->session}, path,
+                     sizeof path);
+        struct stat st;
+        if (stat(path, &st) != 0) continue; /* read back, moved or discarded since */
+        if ((int64_t)(now - st.st_mtime) * 1000 > d->max_age_ms) {
+            /* Unclaimed past the session time-to-live: expired, as the scan would have found. */
+            unlink(path);
+            continue;
+        }
+        return true;
+    }
+    return false;
 }
 
 void swap_session_discard(swap_dir *d, const swap_session_key *key) {

@@ -79,6 +79,11 @@ bool swap_session_exists(const swap_dir *d, const swap_session_key *key);
 corral_status swap_session_read(swap_dir *d, const swap_session_key *key, kv_cache *kv,
                                 int32_t **tokens, uint32_t *n, corral_error *err);
 
+/* Whether an image that an earlier corrald left (one the opening scan kept) holds a session named
+ * `session` of an app other than `app`, still on disk and within the session time-to-live (an
+ * older one is deleted here). Sessions of this run are the caller's to know. */
+bool swap_session_held_elsewhere(swap_dir *d, const char *session, const char *app);
+
 /* Delete the image of (key->app, key->session), if any. */
 void swap_session_discard(swap_dir *d, const swap_session_key *key);
 

@@ -338,10 +338,9 @@ START_TEST(test_request_app_only_selects_among_the_connections_apps) {
 }
 END_TEST
 
-START_TEST(test_another_apps_session_is_another_session) {
-    /* The same id under another app is that app's own session: nothing of the first app's cache
-     * reaches it, nor whether it exists (prefilled == prompt tokens), and the first app's is left
-     * as it was. */
+START_TEST(test_another_apps_session_is_refused) {
+    /* A session belongs to the app that made it: another app naming its id is refused (and
+     * learns nothing of its cache), and the first app's session is left as it was. */
     corral_client *a = connect_as("notes");
     corral_client *b = connect_as("ops");
     corral_error err;
@@ -350,14 +349,50 @@ START_TEST(test_another_apps_session_is_another_session) {
     p.session = "private";
     ck_assert_msg(generate(a, &p, &done, &err) == CORRAL_OK, "%s", err.message);
     ck_assert_uint_eq(done.prefilled_tokens, done.prompt_tokens);
-    ck_assert_msg(generate(b, &p, &done, &err) == CORRAL_OK, "%s", err.message);
-    ck_assert_msg(done.prefilled_tokens == done.prompt_tokens,
-                  "ops reused %u of %u prompt tokens of notes' session",
-                  done.prompt_tokens - done.prefilled_tokens, done.prompt_tokens);
+    expect_denied(generate(b, &p, &done, &err), &err, "session 'private' belongs to another app");
+    ck_assert_msg(!strstr(err.message, "notes"), "the refusal names the owner: %s", err.message);
+    expect_log("msg=\"permission denied\" app=ops rule=sessions model=stories", 5000);
     ck_assert_msg(generate(a, &p, &done, &err) == CORRAL_OK, "%s", err.message);
     ck_assert_msg(done.prefilled_tokens < done.prompt_tokens, "notes' session lost its cache");
+    /* Another id is ops' own. */
+    p.session = "ops-own";
+    ck_assert_msg(generate(b, &p, &done, &err) == CORRAL_OK, "%s", err.message);
     corral_client_destroy(&a);
     corral_client_destroy(&b);
+}
+END_TEST
+
+START_TEST(test_another_apps_session_is_refused_after_a_restart) {
+    /* The session outlives its daemon (swapped out at shutdown, an image on disk): the next
+     * corrald refuses another app naming it before any request of the owner has claimed it, and
+     * the owner continues it from the image. */
+    char swap_dir[128], raw[256];
+    snprintf(swap_dir, sizeof swap_dir, "/tmp/corral-test-access-swap-%d", (int)getpid());
+    snprintf(raw, sizeof raw, "memory: {swap_dir: \"%s\"}\n", swap_dir);
+    stop();
+    start_with_raw(access_apps, raw);
+    corral_client *a = connect_as("notes");
+    corral_error err;
+    corral_done done;
+    corral_generate_params p = params("stories", 4);
+    p.session = "kept";
+    ck_assert_msg(generate(a, &p, &done, &err) == CORRAL_OK, "%s", err.message);
+    corral_client_destroy(&a);
+    stop();
+    start_with_raw(access_apps, raw);
+    corral_client *b = connect_as("ops");
+    expect_denied(generate(b, &p, &done, &err), &err, "session 'kept' belongs to another app");
+    expect_log("msg=\"permission denied\" app=ops rule=sessions model=stories", 5000);
+    a = connect_as("notes");
+    ck_assert_msg(generate(a, &p, &done, &err) == CORRAL_OK, "%s", err.message);
+    ck_assert_msg(done.prefilled_tokens < done.prompt_tokens,
+                  "notes' session did not come back from its image (%u of %u computed)",
+                  done.prefilled_tokens, done.prompt_tokens);
+    corral_client_destroy(&a);
+    corral_client_destroy(&b);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", swap_dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -631,7 +666,8 @@ static Suite *access_suite(void) {
     tcase_add_checked_fixture(core, setup, stop);
     tcase_set_timeout(core, 180);
     tcase_add_test(core, test_an_app_is_held_to_its_models);
-    tcase_add_test(core, test_another_apps_session_is_another_session);
+    tcase_add_test(core, test_another_apps_session_is_refused);
+    tcase_add_test(core, test_another_apps_session_is_refused_after_a_restart);
     tcase_add_test(core, test_tcp_clients_need_a_key_an_app_lists);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");

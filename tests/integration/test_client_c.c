@@ -1707,10 +1707,9 @@ START_TEST(test_daemon_chat_and_session) {
 }
 END_TEST
 
-START_TEST(test_daemon_session_ids_are_private_to_each_app) {
-    /* The same session id named by another app is another session: editor's turn is computed
-     * whole (nothing of speaker's cache reaches it, nor the fact that it exists), and speaker's
-     * session still saves its prefill afterwards. */
+START_TEST(test_daemon_refuses_another_apps_session) {
+    /* A session belongs to the app that made it: editor naming speaker's session id gets
+     * PERMISSION_DENIED through the library, and speaker's session still saves its prefill. */
     harness_daemon d;
     start_daemon(&d, "apps:\n"
                      "  - name: speaker\n"
@@ -1728,9 +1727,11 @@ START_TEST(test_daemon_session_ids_are_private_to_each_app) {
     corral_error err;
     corral_done done;
     assert_ok(corral_generate(a, &p, NULL, NULL, &done, 60000, &err), &err, "speaker");
-    assert_ok(corral_generate(b, &p, NULL, NULL, &done, 60000, &err), &err, "editor");
-    ck_assert_msg(done.prefilled_tokens == done.prompt_tokens, "editor reused %u of %u tokens",
-                  done.prompt_tokens - done.prefilled_tokens, done.prompt_tokens);
+    const corral_status st = corral_generate(b, &p, NULL, NULL, &done, 60000, &err);
+    ck_assert_msg(st == CORRAL_PERMISSION_DENIED, "editor got %s (%s)", corral_status_name(st),
+                  err.message);
+    ck_assert_msg(strstr(err.message, "session 'shared-name' belongs to another app"), "%s",
+                  err.message);
     assert_ok(corral_generate(a, &p, NULL, NULL, &done, 60000, &err), &err, "speaker again");
     ck_assert_msg(done.prefilled_tokens < done.prompt_tokens, "speaker lost its session");
     corral_client_destroy(&a);
@@ -1936,7 +1937,7 @@ static Suite *client_c_suite(void) {
     tcase_add_test(daemon, test_daemon_tokenize_equals_reference);
     tcase_add_test(daemon, test_daemon_models_status_load_pin_round_trip);
     tcase_add_test(daemon, test_daemon_chat_and_session);
-    tcase_add_test(daemon, test_daemon_session_ids_are_private_to_each_app);
+    tcase_add_test(daemon, test_daemon_refuses_another_apps_session);
     suite_add_tcase(s, daemon);
 
     TCase *cli = tcase_create("cli");

@@ -867,30 +867,6 @@ START_TEST(test_sessions_keep_separate_histories) {
 }
 END_TEST
 
-START_TEST(test_session_ids_are_private_to_each_app) {
-    /* Another app naming the same session id gets a session of its own, and nothing tells it
-     * whether the first exists: its prompt is computed whole (prefilled == prompt tokens). The
-     * first app's session is untouched and still saves its prefill. */
-    raw r;
-    raw_open(&r, d.endpoint);
-    uint32_t pt, pf;
-    const gen_opts turn = {.model = "stories",
-                           .session = "private",
-                           .app = "speaker",
-                           .max_tokens = 2,
-                           .has_temperature = true};
-    free(generate_text(&r, 1, &turn, &pt, &pf));
-    ck_assert_uint_eq(pf, pt);
-    gen_opts other = turn;
-    other.app = "notes";
-    free(generate_text(&r, 2, &other, &pt, &pf));
-    ck_assert_msg(pf == pt, "notes reused %u of %u tokens of speaker's session", pt - pf, pt);
-    free(generate_text(&r, 3, &turn, &pt, &pf));
-    ck_assert_msg(pf < pt, "speaker's session lost its cache (%u of %u computed)", pf, pt);
-    raw_close(&r);
-}
-END_TEST
-
 /* ---- bad input
  * ------------------------------------------------------------------------------------ */
 
@@ -928,6 +904,29 @@ static void expect_generate_error(const gen_opts *o, Corral__V1__ErrorCode code,
     raw_close(&r);
     ck_assert(daemon_answers_ping(d.endpoint));
 }
+
+START_TEST(test_another_apps_session_is_refused) {
+    /* A session belongs to the app that made it: another app naming its id gets
+     * PERMISSION_DENIED, and the first app's session is untouched and still saves its prefill. */
+    raw r;
+    raw_open(&r, d.endpoint);
+    uint32_t pt, pf;
+    const gen_opts turn = {.model = "stories",
+                           .session = "private",
+                           .app = "speaker",
+                           .max_tokens = 2,
+                           .has_temperature = true};
+    free(generate_text(&r, 1, &turn, &pt, &pf));
+    ck_assert_uint_eq(pf, pt);
+    gen_opts other = turn;
+    other.app = "notes";
+    expect_generate_error(&other, CORRAL__V1__ERROR_CODE__PERMISSION_DENIED,
+                          "session 'private' belongs to another app");
+    free(generate_text(&r, 3, &turn, &pt, &pf));
+    ck_assert_msg(pf < pt, "speaker's session lost its cache (%u of %u computed)", pf, pt);
+    raw_close(&r);
+}
+END_TEST
 
 START_TEST(test_random_bytes) {
     uint8_t junk[64];
@@ -1260,7 +1259,7 @@ static Suite *scheduler_suite(void) {
     tcase_add_test(errors, test_unknown_model);
     tcase_add_test(errors, test_invalid_params);
     tcase_add_test(errors, test_prompt_longer_than_context);
-    tcase_add_test(errors, test_session_ids_are_private_to_each_app);
+    tcase_add_test(errors, test_another_apps_session_is_refused);
     suite_add_tcase(s, errors);
     return s;
 }

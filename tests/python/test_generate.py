@@ -274,10 +274,9 @@ def test_apps_sessions_and_priorities(start_corrald, reference):
         with pytest.raises(PermissionDenied, match="stories-q4"):
             speaker.generate("stories-q4", PROMPT, max_tokens=4)
         speaker.generate("stories", PROMPT, session="mine", max_tokens=4)
-        # The same id is editor's own session: nothing of speaker's cache, nor whether it
-        # exists, reaches editor; speaker's session is still there.
-        r = editor.generate("stories", PROMPT, session="mine", max_tokens=4, return_done=True)
-        assert r.done.prefilled_tokens == r.done.prompt_tokens
+        # The session is speaker's: editor naming it is refused, and it is still there.
+        with pytest.raises(PermissionDenied, match="session 'mine' belongs to another app"):
+            editor.generate("stories", PROMPT, session="mine", max_tokens=4)
         r = speaker.generate("stories", PROMPT, session="mine", max_tokens=4, return_done=True)
         assert r.done.prefilled_tokens < r.done.prompt_tokens
         with pytest.raises(PermissionDenied, match="priority realtime: its ceiling is interactive"):

@@ -1,9 +1,11 @@
 /*
  * test_swap.c — Check suite for session images in the swap directory: a cache written out and
  * read back is identical; stale, corrupt and truncated images are refused and deleted; leftovers
- * of crashed writes are removed at open; an unwritable directory is reported, not fatal.
+ * of crashed writes are removed at open; an unwritable directory is reported, not fatal; the
+ * images an earlier run left keep their sessions' owners.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +115,59 @@ static void only_image(char *path, size_t size) {
     unlink(list);
     path[strcspn(path, "\n")] = '\0';
 }
+
+/* Whose sessions the images left by an earlier corrald hold: the next one knows at open, so that
+ * another app naming such a session is refused before its owner has claimed it. */
+START_TEST(test_images_of_an_earlier_run_keep_their_owner) {
+    swap_dir *d = swap_dir_open(dir, 3600000, NULL);
+    int32_t ids[8];
+    kv_cache *kv = filled_cache(ids, 8);
+    swap_session_key key = key_for("conv", 64); /* app "app" */
+    corral_error err;
+    ck_assert_int_eq(swap_session_write(d, &key, kv, ids, 8, &err), CORRAL_OK);
+    /* Only what the opening scan found is indexed: this run's sessions are the core's. */
+    ck_assert(!swap_session_held_elsewhere(d, "conv", "other"));
+    swap_dir_destroy(&d);
+
+    d = swap_dir_open(dir, 3600000, NULL);
+    ck_assert(swap_session_held_elsewhere(d, "conv", "other"));
+    ck_assert(swap_session_held_elsewhere(d, "conv", "")); /* the default app is another */
+    ck_assert(!swap_session_held_elsewhere(d, "conv", "app"));
+    ck_assert(!swap_session_held_elsewhere(d, "conv2", "other"));
+    /* Once the image is gone (read back, discarded) the id is free again. */
+    swap_session_discard(d, &key);
+    ck_assert(!swap_session_held_elsewhere(d, "conv", "other"));
+    swap_dir_destroy(&d);
+
+    /* An image renamed to another's name is not believed: its name is not the hash of what it
+     * says it holds. */
+    ck_assert_int_eq(swap_session_write(d = swap_dir_open(dir, 3600000, NULL), &key, kv, ids, 8,
+                                        &err),
+                     CORRAL_OK);
+    char path[512], moved[600];
+    only_image(path, sizeof path);
+    snprintf(moved, sizeof moved, "%s/session-0123456789abcdef.gguf", dir);
+    ck_assert_int_eq(rename(path, moved), 0);
+    swap_dir_destroy(&d);
+    d = swap_dir_open(dir, 3600000, NULL);
+    ck_assert(!swap_session_held_elsewhere(d, "conv", "other"));
+    swap_dir_destroy(&d);
+
+    /* Past the time-to-live an unclaimed image is expired, not held. */
+    unlink(moved);
+    d = swap_dir_open(dir, 3600000, NULL);
+    ck_assert_int_eq(swap_session_write(d, &key, kv, ids, 8, &err), CORRAL_OK);
+    swap_dir_destroy(&d);
+    d = swap_dir_open(dir, 1000, NULL);
+    only_image(path, sizeof path);
+    struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, old, 0), 0);
+    ck_assert(!swap_session_held_elsewhere(d, "conv", "other"));
+    ck_assert_int_eq(access(path, F_OK), -1); /* and deleted */
+    swap_dir_destroy(&d);
+    kv_cache_destroy(&kv);
+}
+END_TEST
 
 /* Write an image, damage it with `damage`, and expect the read to fail and delete it. */
 static void expect_refused(void (*damage)(const char *path), swap_session_key read_key,
@@ -266,6 +321,7 @@ static Suite *swap_suite(void) {
     tcase_add_test(core, test_round_trip);
     tcase_add_test(core, test_open_cleans_the_directory);
     tcase_add_test(core, test_missing_parents_created);
+    tcase_add_test(core, test_images_of_an_earlier_run_keep_their_owner);
     suite_add_tcase(s, core);
     TCase *errors = tcase_create("errors");
     tcase_add_checked_fixture(errors, setup, teardown);
