@@ -404,6 +404,14 @@ def test_bearer_keys_map_to_apps(start_corrald, tmp_path):
     assert resp.status == 401
     resp, _ = request(port, "POST", "/v1/completions", body)
     assert resp.status == 200
+    # Sessions are their app's: the default app's session is refused to the key's app.
+    resp, _ = request(port, "POST", "/v1/completions", {**body, "corral": {"session": "tale"}})
+    assert resp.status == 200
+    resp, payload = request(port, "POST", "/v1/completions",
+                            {**body, "model": "stories-q4", "corral": {"session": "tale"}},
+                            {"Authorization": f"Bearer {key}"})
+    assert resp.status == 403
+    assert "session 'tale' belongs to another app" in error_of(payload)["message"]
 
 
 def test_ipv6_loopback_address(start_corrald):
