@@ -350,6 +350,25 @@ def test_undecodable_and_unexpected_answers_raise_protocol_error():
         assert info.value.code == "ERROR_99" and info.value.message == "from the future"
 
 
+def test_a_bad_reply_fails_only_its_own_request():
+    """A reply that does not decode (an Error whose message is not UTF-8, as a faulty daemon
+    could send) fails the request whose id it carries; a stream in flight reads on."""
+    def handler(fake, req):
+        if req.WhichOneof("body") == "status":
+            # Response{id, error: Error{message: b"\xff\xfe"}}: field 10 holding field 2.
+            return [response(req.id).SerializeToString() + b"\x52\x04\x12\x02\xff\xfe"]
+        return echo_generator(fake, req)
+
+    with FakeDaemon(handler) as fake, Client(fake.endpoint, timeout=2) as c:
+        s = c.generate("m", "abcdef", stream=True)
+        first = next(s)
+        with pytest.raises(ProtocolError, match="undecodable response .* to request"):
+            c.status()
+        assert first.text + "".join(k.text for k in s) == "abcdef"
+        assert s.done is not None
+        assert c.ping() is not None
+
+
 def test_closed_client_raises_unavailable():
     with FakeDaemon() as fake:
         c = Client(fake.endpoint, timeout=1)

@@ -103,11 +103,7 @@ class Demux:
         try:
             resp.ParseFromString(frame)
         except Exception:  # protobuf's DecodeError; any failure means the same here
-            return self._to_all(
-                _codec.error_response(
-                    0, pb.PROTOCOL, f"undecodable response from corrald at {self.endpoint}"
-                )
-            )
+            return self._undecodable(frame)
         if resp.id == 0:
             return self._to_all(resp)
         if resp.id in self._keepalive:
@@ -118,6 +114,20 @@ class Demux:
             return set()
         box.append(resp)
         return {resp.id}
+
+    def _undecodable(self, frame: bytes) -> Set[int]:
+        """A frame that does not decode fails the request whose id it starts with (corrald
+        writes the id first), and only when no id can be read every request in flight."""
+        rid = _leading_id(frame)
+        message = f"undecodable response from corrald at {self.endpoint}"
+        if rid in self._keepalive:
+            self._keepalive.discard(rid)
+            return set()
+        box = self.inboxes.get(rid) if rid else None
+        if box is None:
+            return self._to_all(_codec.error_response(0, pb.PROTOCOL, message))
+        box.append(_codec.error_response(rid, pb.PROTOCOL, f"{message} to request {rid}"))
+        return {rid}
 
     def connection_lost(self) -> Set[int]:
         """The connection dropped: every request in flight gets an UNAVAILABLE error. Returns
@@ -142,3 +152,16 @@ class Demux:
         for box in self.inboxes.values():
             box.append(resp)
         return set(self.inboxes)
+
+
+def _leading_id(frame: bytes) -> int:
+    """The Response id a frame begins with (field 1, a varint), or 0 when it begins otherwise."""
+    if not frame or frame[0] != 0x08:
+        return 0
+    value = shift = 0
+    for byte in frame[1:11]:
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value if value < 2**64 else 0
+        shift += 7
+    return 0
