@@ -668,6 +668,7 @@ static void *sched_main(void *arg) {
         advance_waiting(k);
         residency_report_progress(k);
         start_ready(k);
+        residency_note_classes(k);
 
         sched_model *sm = pick(k);
         if (sm) {

@@ -102,6 +102,7 @@ typedef struct sched_model {
     bool reload_pending;  /* its entry changed: unload when idle, next load uses the new one */
     core_model_state state;
     struct load_task *loading; /* the load in flight (state LOADING) */
+    int load_waiter_class;     /* scratch of residency_note_classes */
     uint64_t reserved;         /* bytes reserved for that load until it is done, */
     uint64_t reserved_base;    /* beyond what the model held when it began */
     uint64_t restore_heap;     /* the most heap a swap-in of it took beyond what it kept */
@@ -263,6 +264,10 @@ struct core {
      * requests per app (apps.c); the current configuration's auth table, protected by mu
      * (core_auth_acquire). */
     atomic_size_t n_apps;
+    /* The highest class of the work the compute thread has in hand (jobs being prepared, ready,
+     * or running and read; 0: none), set by it every turn and read by the loader, which steps
+     * aside for realtime work (residency_note_classes). */
+    atomic_int compute_class;
     uint64_t apps_stamp;
     auth_table *auth;
     int64_t started_us, started_ms;
@@ -298,6 +303,11 @@ corral_status residency_load_now(struct core *k, sched_model *sm, corral_error *
 /* Pass the progress of the loads in flight on to the jobs waiting for them (those that want it),
  * when it moved since their last report. */
 void residency_report_progress(struct core *k);
+/* Tell the loader the classes it weighs (compute thread, every turn): the highest class of the
+ * work in hand (core.compute_class) and of the jobs each load in flight serves. A load that
+ * serves no realtime request pauses between tensors while realtime work is in hand, so that a
+ * merge, quantization or repack does not take a share of the cores from a voice command. */
+void residency_note_classes(struct core *k);
 /* Cancel sm's load in flight when no job waits for it any more. */
 void residency_forget_load(struct core *k, sched_model *sm);
 /* Release a resident model's weights to make room (SWAPPED: they come back by mmap). */

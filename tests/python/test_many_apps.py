@@ -97,6 +97,45 @@ def test_a_realtime_request_is_answered_while_another_model_loads(slow, start_co
     assert "repacked weights written" in log
 
 
+def test_a_merge_steps_aside_while_realtime_work_runs(slow, start_corrald):
+    """A background request's variant is merged on the loader; while a realtime stream is being
+    computed the merge pauses between tensors (it would take a core from the stream's steps),
+    and goes on once the stream is done. Checked by the merge's own progress reports received
+    while the stream is still running, never by a time."""
+    d = start_corrald(config(slow))
+    with Client(d.endpoint, timeout=60, app="speaker") as speaker:
+        speaker.generate("cold", PROMPT, max_tokens=1, temperature=0.0)  # resident first
+        realtime = speaker.generate("cold", PROMPT, max_tokens=200, temperature=0.0,
+                                    priority="realtime", stream=True)
+        next(realtime)  # the realtime work is in hand from here to its Done
+        merging: list[tuple[int, int]] = []
+        result: dict[str, object] = {}
+
+        def background() -> None:
+            with Client(d.endpoint, timeout=300) as c:
+                s = c.generate("variant", PROMPT, max_tokens=2, temperature=0.0, stream=True,
+                               priority="background")
+                s.on_progress = lambda p: merging.append((p.done, p.total)) \
+                    if p.phase.name == "MERGING" else None
+                result["text"] = "".join(k.text for k in s)
+
+        thread = threading.Thread(target=background)
+        thread.start()
+        seen_while_realtime: list[tuple[int, int]] = []
+        for chunk in realtime:
+            # Tokens ahead of the stream's end: the realtime work is still being computed, so
+            # every report received so far was made while it was.
+            if chunk.index == 150:
+                seen_while_realtime = list(merging)
+        assert realtime.done is not None and realtime.done.generated_tokens == 200
+        thread.join(timeout=300)
+    assert "text" in result, "the background request did not finish"
+    assert merging and merging[-1][0] == merging[-1][1] > 2, merging
+    most = max((done for done, _ in seen_while_realtime), default=0)
+    assert most <= 2, (
+        f"the merge went on to tensor {most} of {merging[-1][1]} while realtime work ran")
+
+
 def test_a_burst_of_requests_for_an_unloaded_model_loads_it_once(slow, start_corrald):
     d = start_corrald(config(slow))
     texts: list[str] = []
