@@ -345,6 +345,7 @@ static corral_status write_merged(const gguf_file *base, const char *base_path,
         st = err ? err->status : CORRAL_OUT_OF_MEMORY;
     }
     gguf_builder *b = w ? image_writer_builder(w) : NULL;
+    image_writer_set_pace(w, progress);
     /* The base's metadata, minus any image or adapter keys it carries itself (a merged model may
      * serve as the base of another merge). */
     for (uint64_t i = 0; st == CORRAL_OK && i < gguf_kv_count(base); i++) {

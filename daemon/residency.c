@@ -410,12 +410,13 @@ static job_progress progress_unpack(uint64_t w) {
     return (job_progress){.phase = (job_phase)(w >> 56), .done = w >> 28 & mask, .total = w & mask};
 }
 
-/* Between two tensors of a merge, quantization or repack (loader thread): while the compute
- * thread has realtime work in hand and this load serves none, wait. On a machine whose cores the
- * compute threads fill, the load would otherwise take one of them from the realtime request's
- * prefill, whose step waits for its slowest thread (the time to first token of a voice command
- * while a variant merged: 1.7-1.8x idle). The load goes on when the realtime work is done, or
- * at once when it is cancelled or a realtime request starts waiting for it. */
+/* Between two tensors of a merge, quantization or repack, or two pieces of a tensor's write
+ * (loader thread; load_note and load_pace): while the compute thread has realtime work in hand
+ * and this load serves none, wait. On a machine whose cores the compute threads fill, the load
+ * would otherwise take one of them from the realtime request's prefill, whose step waits for its
+ * slowest thread (the time to first token of a voice command while a variant merged: 1.7-1.8x
+ * idle). The load goes on when the realtime work is done, or at once when it is cancelled or a
+ * realtime request starts waiting for it. */
 static void load_step_aside(load_task *t) {
     const struct timespec pause = {.tv_nsec = 2 * 1000 * 1000};
     while (atomic_load(&t->k->compute_class) >= CFG_PRIORITY_REALTIME &&
@@ -435,6 +436,11 @@ static void load_note(load_task *t, job_phase phase, uint64_t done, uint64_t tot
         core_poke(t->k);
     }
     load_step_aside(t);
+}
+
+/* The pause point of the work's progress (corral_progress.pace): inside a tensor's write. */
+static void load_pace(void *user) {
+    load_step_aside(user);
 }
 
 static void load_note_merging(void *user, uint64_t done, uint64_t total) {
@@ -529,7 +535,9 @@ static corral_status load_weights_path(load_task *t, corral_error *err) {
             /* Every byte is checked the first time; later swap-ins trust the verified image. */
             .verify = t->verify_full ? IMAGE_VERIFY_FULL : IMAGE_VERIFY_METADATA,
             .cancel = &t->t.base.cancel,
-            .progress = {.fn = mc->quantize ? load_note_quantizing : load_note_merging, .user = t}};
+            .progress = {.fn = mc->quantize ? load_note_quantizing : load_note_merging,
+                         .user = t,
+                         .pace = load_pace}};
         const unsigned scope = mem_scope_default();
         corral_status st = lora_variant_prepare(&req, &v, err);
         mem_scope_leave(scope);
@@ -591,9 +599,10 @@ static corral_status load_fresh(load_task *t, corral_error *err) {
     const unsigned scope = mem_scope_enter(t->owner);
     /* The weights the kernels want rearranged are mapped from an image in the cache directory
      * (written on the first load of a file), so a load or swap-in costs no rearranging. */
-    const model_params mp = {.compute = MODEL_COMPUTE_FAST,
-                             .cache_dir = t->gen->c->cache_dir,
-                             .repack_progress = {.fn = load_note_repacking, .user = t}};
+    const model_params mp = {
+        .compute = MODEL_COMPUTE_FAST,
+        .cache_dir = t->gen->c->cache_dir,
+        .repack_progress = {.fn = load_note_repacking, .user = t, .pace = load_pace}};
     model *m = model_load(t->weights_path, &mp, err);
     model_runner *r = NULL;
     policy_vocab *pv = NULL;

@@ -1243,7 +1243,12 @@ struct gguf_builder {
     size_t n_kv, cap_kv;
     builder_tensor *tensors;
     size_t n_tensors, cap_tensors;
+    const corral_progress *pace; /* gguf_builder_set_pace; NULL: none */
 };
+
+void gguf_builder_set_pace(gguf_builder *b, const corral_progress *pace) {
+    if (b) b->pace = pace;
+}
 
 gguf_builder *gguf_builder_new(void) {
     return calloc(1, sizeof(gguf_builder));
@@ -1505,6 +1510,19 @@ static bool write_all(int fd, const void *p, uint64_t n) {
     return true;
 }
 
+/* write_all in pieces of BUILDER_PACE_BYTES with the builder's pause point between them. */
+#define BUILDER_PACE_BYTES (8u << 20)
+static bool write_paced(const gguf_builder *b, int fd, const void *p, uint64_t n) {
+    const uint8_t *q = p;
+    while (n > BUILDER_PACE_BYTES) {
+        if (!write_all(fd, q, BUILDER_PACE_BYTES)) return false;
+        q += BUILDER_PACE_BYTES;
+        n -= BUILDER_PACE_BYTES;
+        corral_progress_pace(b->pace);
+    }
+    return write_all(fd, q, n);
+}
+
 static bool write_zeros(int fd, uint64_t n) {
     static const uint8_t zeros[4096];
     while (n > 0) {
@@ -1630,12 +1648,13 @@ corral_status gguf_builder_write(gguf_builder *b, const char *path, corral_error
     for (size_t i = 0; i < b->n_tensors && ok; i++) {
         const builder_tensor *t = &b->tensors[i];
         const void *data = t->data;
+        corral_progress_pace(b->pace);
         if (t->fill && t->size > 0) {
             fill_st = t->fill(t->user, t->name, fill_buf, t->size, err);
             if (fill_st != CORRAL_OK) break;
             data = fill_buf;
         }
-        ok = write_all(fd, data, t->size) && write_zeros(fd, pad_to(t->size, alignment));
+        ok = write_paced(b, fd, data, t->size) && write_zeros(fd, pad_to(t->size, alignment));
     }
     free(fill_buf);
     if (fill_st != CORRAL_OK) {

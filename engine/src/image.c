@@ -257,8 +257,15 @@ struct image_writer {
     writer_tensor **tensors;
     size_t n_tensors, cap_tensors;
     uint64_t *sizes; /* parallel to tensors: byte size, for tensors added from memory */
+    const corral_progress *pace; /* image_writer_set_pace; NULL: none */
     bool written;
 };
+
+void image_writer_set_pace(image_writer *w, const corral_progress *pace) {
+    if (!w) return;
+    w->pace = pace;
+    gguf_builder_set_pace(w->b, pace);
+}
 
 static bool is_fingerprint(const char *s) {
     if (!s || strlen(s) != IMAGE_FINGERPRINT_CHARS) return false;
@@ -450,6 +457,7 @@ corral_status image_writer_write(image_writer *w, const char *path, corral_error
     }
     for (size_t i = 0; i < n; i++) {
         const writer_tensor *t = w->tensors[i];
+        corral_progress_pace(w->pace);
         if (t->fill) {
             /* A tensor of zero bytes is never filled: its checksum is that of no bytes. */
             sums[i] = t->done ? t->checksum : image_hash64("", 0, 0);

@@ -257,6 +257,7 @@ static corral_status repack_write_image(const char *path, const char *fp_hex, re
     image_writer *w = image_writer_new(REPACK_IMAGE_KIND, fp_hex, err);
     if (!w) return err ? err->status : CORRAL_OUT_OF_MEMORY;
     gguf_builder *b = image_writer_builder(w);
+    image_writer_set_pace(w, &plan->progress);
     corral_status st = gguf_builder_set_str(b, REPACK_KEY_LAYOUT, REPACK_LAYOUT);
     if (st == CORRAL_OK) st = gguf_builder_set_u32(b, "general.alignment", REPACK_IMAGE_ALIGNMENT);
     if (st != CORRAL_OK) corral_error_set(err, st, "%s: out of memory", path);

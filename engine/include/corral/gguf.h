@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "corral/progress.h"
 #include "corral/status.h"
 
 #define GGUF_MAX_DIMS 4
@@ -227,5 +228,9 @@ corral_status gguf_builder_add_tensor_fill(gguf_builder *b, const char *name, ui
  * `general.alignment` if set (else 32). Tensors added with gguf_builder_add_tensor_fill are
  * produced now, one at a time, into one buffer the size of the largest of them. */
 corral_status gguf_builder_write(gguf_builder *b, const char *path, corral_error *err);
+
+/* Let gguf_builder_write pause at pace's pace callback (corral_progress_pace) before each tensor
+ * and between the 8 MiB pieces it writes a tensor in; NULL: none. Borrowed until the write. */
+void gguf_builder_set_pace(gguf_builder *b, const corral_progress *pace);
 
 #endif /* CORRAL_GGUF_H */

@@ -164,6 +164,10 @@ corral_status image_writer_add_tensor_fill(image_writer *w, const char *name, ui
  * (and the kernel can map them in 2 MiB pages). Call once per writer. */
 corral_status image_writer_write(image_writer *w, const char *path, corral_error *err);
 
+/* Pause points for image_writer_write (gguf_builder_set_pace), also between the checksums of
+ * tensors; NULL: none. Borrowed until the write. */
+void image_writer_set_pace(image_writer *w, const corral_progress *pace);
+
 /* ---- reading --------------------------------------------------------------------------------- */
 
 /* Why an image cannot be used. "Stale" problems (kind, fingerprint, version) mean the image is
