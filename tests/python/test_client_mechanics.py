@@ -369,6 +369,26 @@ def test_a_bad_reply_fails_only_its_own_request():
         assert c.ping() is not None
 
 
+def test_the_drop_of_a_refused_connection_fails_no_later_request():
+    """libzmq reports a refused handshake, then its connection's drop; when the drop is read
+    only after the next call was sent (on the connection libzmq retries), that call must get
+    the retried connection's answer, not UNAVAILABLE for a drop already reported as the refusal
+    (seen once in CI: test_access.py's refused tcp client, second call)."""
+    from corral._demux import Demux
+
+    d = Demux("tcp://127.0.0.1:1")
+    first = d.open()
+    assert d.refused(pb.PERMISSION_DENIED, "tcp needs CURVE keys") == {first}
+    assert d.inboxes[first][0].error.code == pb.PERMISSION_DENIED
+    d.forget(first)
+    second = d.open()
+    assert d.connection_lost() == set()  # the refused connection's drop
+    assert not d.inboxes[second]
+    # A drop after that is a real one.
+    assert d.connection_lost() == {second}
+    assert d.inboxes[second][0].error.code == pb.UNAVAILABLE
+
+
 def test_closed_client_raises_unavailable():
     with FakeDaemon() as fake:
         c = Client(fake.endpoint, timeout=1)

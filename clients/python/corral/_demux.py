@@ -49,6 +49,10 @@ class Demux:
         self.connected = False
         self.connect_refused = False
         self.connect_since: Optional[float] = None
+        # A refused handshake is followed by its connection's drop (libzmq reports every failed
+        # handshake, then the disconnection): that drop is the refusal's, already told, and must
+        # not fail the requests sent since (the next call's, on the connection libzmq retries).
+        self._refusal_drop_due = False
 
     def connect_deadline(self, now: float) -> Optional[float]:
         """When a waiting call gives up on a daemon that never accepted the connection (None
@@ -131,7 +135,10 @@ class Demux:
 
     def connection_lost(self) -> Set[int]:
         """The connection dropped: every request in flight gets an UNAVAILABLE error. Returns
-        their ids."""
+        their ids (none when the drop is that of a refused handshake, already reported)."""
+        if self._refusal_drop_due:
+            self._refusal_drop_due = False
+            return set()
         self._keepalive.clear()
         return self._to_all(
             _codec.error_response(
@@ -144,7 +151,9 @@ class Demux:
 
     def refused(self, code: int, message: str) -> Set[int]:
         """corrald refused the connection's handshake: every request in flight gets the error
-        (PERMISSION_DENIED saying why). Returns their ids."""
+        (PERMISSION_DENIED saying why). Returns their ids. The drop of the refused connection,
+        which follows, is not reported again (:meth:`connection_lost`)."""
+        self._refusal_drop_due = True
         self._keepalive.clear()
         return self._to_all(_codec.error_response(0, code, message))
 
