@@ -234,9 +234,10 @@ def test_imatrix_lowers_kl_divergence(tmp_path, texts, stories, model):
 
 @pytest.mark.parametrize("model", ["synth-llama-f32", "synth-qwen2-f32"])
 @pytest.mark.parametrize("recipe", ["Q4_K_M", "Q5_K_M", "Q4_0"])
-def test_target_bpw_beats_the_recipe_of_its_size(tmp_path, texts, model, recipe):
+def test_target_bpw_beats_the_recipe_of_its_size(tmp_path, stories, model, recipe):
     """--target-bpw at a fixed recipe's bits per weight makes a file no larger than the recipe's,
-    closer to the F32 model."""
+    closer to the F32 model on held-back stories. (At Q4_K_S's and Q5_K_S's sizes it is not:
+    docs/quantize.md.)"""
     f32 = shared_path(f"models/{model}.gguf")
     fixed, budget = str(tmp_path / "fixed.gguf"), str(tmp_path / "budget.gguf")
     err = run("quantize", "-q", f32, fixed, recipe).stderr
@@ -244,7 +245,7 @@ def test_target_bpw_beats_the_recipe_of_its_size(tmp_path, texts, model, recipe)
     err = run("quantize", "-q", "--target-bpw", bpw, f32, budget, recipe).stderr
     assert float(re.search(r"([0-9.]+) bits per weight", err).group(1)) <= float(bpw)
     assert os.path.getsize(budget) <= os.path.getsize(fixed)
-    k_fixed, k_budget = kl(fixed, f32, texts[1]), kl(budget, f32, texts[1])
+    k_fixed, k_budget = kl(fixed, f32, stories), kl(budget, f32, stories)
     print(f"{model} at {bpw} bpw: {recipe} KL {k_fixed:.5f}, budget {k_budget:.5f}")
     assert k_budget < k_fixed
 
