@@ -313,7 +313,7 @@ static void take_events(front_http *f, hreq *r, job *j) {
         job_take(j, r->stream, &r->text, &t);
         if (t.final != JOB_FINAL_NONE && !r->stream) job_take(j, true, &r->text, &t);
         if (r->stream) {
-            if ((r->text.len || r->text.n_ids) && r->conn && !r->gone) {
+            if ((r->text.len || r->text.n_ids) && r->conn && !r->gone && r->route->chunk) {
                 r->route->chunk(r, r->text.text, r->text.len);
                 r->started = true;
             }

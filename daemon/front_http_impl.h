@@ -125,7 +125,7 @@ struct http_route {
      * write r->out and r->status and leave r->j NULL... through `answered`. False with *p for a
      * request refused. */
     bool (*prepare)(hreq *r, json_t *body, job *j, http_problem *p);
-    /* A streamed piece of text (may be empty: ids only). */
+    /* A streamed piece of text (may be empty: ids only); NULL for routes that never stream. */
     void (*chunk)(hreq *r, const char *text, size_t len);
     /* The end: the job's final event (r->j->final) as the whole body or the stream's last lines. */
     void (*finish)(hreq *r);

@@ -411,10 +411,6 @@ static bool version_prepare(hreq *r, json_t *body, job *j, http_problem *p) {
     return true;
 }
 
-static void no_chunk(hreq *r, const char *text, size_t len) {
-    (void)r, (void)text, (void)len;
-}
-
 const http_route http_ollama_routes[] = {
     {.method = "POST",
      .path = "/api/generate",
@@ -432,25 +428,21 @@ const http_route http_ollama_routes[] = {
      .path = "/api/tags",
      .ollama = true,
      .prepare = list_prepare,
-     .chunk = no_chunk,
      .finish = tags_finish},
     {.method = "GET",
      .path = "/api/ps",
      .ollama = true,
      .prepare = list_prepare,
-     .chunk = no_chunk,
      .finish = ps_finish},
     {.method = "POST",
      .path = "/api/show",
      .ollama = true,
      .prepare = show_prepare,
-     .chunk = no_chunk,
      .finish = show_finish},
     {.method = "GET",
      .path = "/api/version",
      .ollama = true,
      .prepare = version_prepare,
-     .chunk = no_chunk,
      .finish = NULL},
     {0},
 };

@@ -511,10 +511,6 @@ static void models_finish(hreq *r) {
     hbuf_puts(&r->out, "]}");
 }
 
-static void no_chunk(hreq *r, const char *text, size_t len) {
-    (void)r, (void)text, (void)len;
-}
-
 const http_route http_openai_routes[] = {
     {.method = "POST",
      .path = "/v1/chat/completions",
@@ -529,13 +525,11 @@ const http_route http_openai_routes[] = {
     {.method = "GET",
      .path = "/v1/models",
      .prepare = models_prepare,
-     .chunk = no_chunk,
      .finish = models_finish},
     {.method = "GET",
      .path = "/v1/models/",
      .prefix = true,
      .prepare = models_prepare,
-     .chunk = no_chunk,
      .finish = models_finish},
     {0},
 };
