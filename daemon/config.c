@@ -724,6 +724,11 @@ void cfg_report_free(cfg_report *r) {
 
 /* Record a problem at node: the first goes to err, every one to the report. The walk goes on
  * past it where it can, so that one run names every mistake of a file. */
+void cfg_report_problem(cfg_report *r, corral_error *err, size_t *count, const char *line) {
+    if ((*count)++ == 0) corral_error_set(err, CORRAL_INVALID_ARGUMENT, "%s", line);
+    cfg_report_add(r, "%s", line);
+}
+
 static corral_status cfg_fail(cfg_loader *ld, const yaml_node_t *node, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static corral_status cfg_fail(cfg_loader *ld, const yaml_node_t *node, const char *fmt, ...) {
@@ -735,8 +740,7 @@ static corral_status cfg_fail(cfg_loader *ld, const yaml_node_t *node, const cha
     char line[CORRAL_ERROR_MESSAGE_MAX + 64]; /* (cut to the message size when kept) */
     snprintf(line, sizeof line, "%s:%zu:%zu: %s", ld->name, node->start_mark.line + 1,
              node->start_mark.column + 1, what);
-    if (ld->n_problems++ == 0) corral_error_set(ld->err, CORRAL_INVALID_ARGUMENT, "%s", line);
-    cfg_report_add(ld->report, "%s", line);
+    cfg_report_problem(ld->report, ld->err, &ld->n_problems, line);
     return CORRAL_INVALID_ARGUMENT;
 }
 
@@ -1491,8 +1495,7 @@ static void cfg_problem(cfg_checker *ck, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (ck->n++ == 0) corral_error_set(ck->err, CORRAL_INVALID_ARGUMENT, "%s", line);
-    cfg_report_add(ck->report, "%s", line);
+    cfg_report_problem(ck->report, ck->err, &ck->n, line);
 }
 
 /* " (did you mean 'X'?)" for the closest of n names taken from items of `size` bytes whose

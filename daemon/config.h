@@ -193,6 +193,10 @@ typedef struct cfg_report {
 /* Append a problem (printf format). Out of memory drops it. NULL-safe (does nothing). */
 void cfg_report_add(cfg_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Record one problem of a check that reports every problem: the first of them (*count 0)
+ * becomes err (INVALID_ARGUMENT), each goes to r (NULL-safe); *count counts them. */
+void cfg_report_problem(cfg_report *r, corral_error *err, size_t *count, const char *line);
+
 /* Free the problems; the report is empty again. NULL-safe. */
 void cfg_report_free(cfg_report *r);
 

@@ -45,8 +45,7 @@ static void problem(check_state *cs, const cfg_model *m, cfg_pos at, const char 
     char line[CORRAL_ERROR_MESSAGE_MAX + 256]; /* (cut to the message size when kept) */
     snprintf(line, sizeof line, "%s:%d:%d: model '%s': %s", cs->name, at.line, at.col, m->name,
              what);
-    if (cs->n++ == 0) corral_error_set(cs->err, CORRAL_INVALID_ARGUMENT, "%s", line);
-    cfg_report_add(cs->report, "%s", line);
+    cfg_report_problem(cs->report, cs->err, &cs->n, line);
 }
 
 /* A `template` name the engine does not know: the known names, and the closest of them. */
