@@ -203,7 +203,8 @@ typedef struct corral_generate_params {
     size_t n_stop;
     corral_stream_mode stream;
     corral_priority priority;
-    const char *session;    /* keep the conversation's KV cache under this id */
+    const char *session;    /* keep the conversation's KV cache under this id (the app's own:
+                               another app naming it gets PERMISSION_DENIED) */
     uint32_t deadline_ms;   /* give up after this long from receipt; 0 = none */
     const char *constraint; /* regular expression the whole output must match */
     const char *sanitizer;  /* sanitizer profile instead of the model's default */

@@ -566,7 +566,8 @@ class Client:
         ``seed``; ``max_tokens`` to generate; ``stop``: a string or a list of strings to stop
         before. ``priority``: ``"realtime"``, ``"interactive"``, ``"background"`` (or a
         :class:`~corral.Priority`). ``session``: keep this conversation's state in the daemon so
-        the next request sharing its beginning only runs what is new. ``deadline_ms``: the
+        the next request sharing its beginning only runs what is new (the session is this app's:
+        another app naming the id gets PermissionDenied). ``deadline_ms``: the
         daemon gives up after this long (DeadlineExceeded). ``regex``: the whole output must
         match it (constrained decoding). ``json_schema``: the output is a JSON document that this
         JSON Schema validates (structured output; a dict, or its JSON text; ``{"type":
