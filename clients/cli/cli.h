@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef int (*cli_command_fn)(int argc, char **argv);
 
@@ -90,6 +91,10 @@ int cli_cache_dir(const char *cmd, const char *given, char *buf, size_t size, co
 /* Parse a whole decimal number in [min, max] from text into *out; 0 on success, -1 otherwise. */
 int cli_parse_long(const char *text, long min, long max, long *out);
 int cli_parse_double(const char *text, double min, double max, double *out);
+
+/* All of a stream, in a malloc'ed buffer of *len bytes plus a NUL; NULL on a read error or when
+ * out of memory. */
+char *cli_read_stream(FILE *fp, size_t *len);
 
 /* Parse token ids (decimal, separated by whitespace or commas) from text[0..len) into a malloc'ed
  * array (*ids, *n; caller frees). 0 on success; -1 with why filled (what and where) for anything

@@ -295,48 +295,20 @@ static void print_stats(const corral_done *d) {
     if (d->sanitizer_report[0]) fprintf(stderr, "[sanitizers: %s]\n", d->sanitizer_report);
 }
 
-/* The whole of stdin as a string (caller frees), or NULL. */
-static char *read_all_stdin(void) {
-    text_buf b = {0};
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0)
-        if (text_buf_append(&b, chunk, n) != 0) {
-            free(b.data);
-            return NULL;
-        }
-    if (ferror(stdin)) {
-        free(b.data);
-        return NULL;
-    }
-    if (!b.data) b.data = calloc(1, 1);
-    return b.data;
-}
-
 /* Read --json-schema's file (after every option is known good, so nothing leaks on a usage
  * error). 0, or 1 after a message. */
 static int gen_options_load(const char *cmd, gen_options *o) {
     if (!o->schema_path) return 0;
+    size_t len;
     if (strcmp(o->schema_path, "-") == 0) {
-        o->schema = read_all_stdin();
+        o->schema = cli_read_stream(stdin, &len);
         if (!o->schema) return cli_fail(cmd, "--json-schema: reading stdin failed");
     } else {
         FILE *f = fopen(o->schema_path, "rb");
         if (!f) return cli_fail(cmd, "--json-schema: %s: %s", o->schema_path, strerror(errno));
-        text_buf b = {0};
-        char chunk[4096];
-        size_t n;
-        int bad = 0;
-        while (!bad && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-            bad = text_buf_append(&b, chunk, n) != 0;
-        bad = bad || ferror(f);
+        o->schema = cli_read_stream(f, &len);
         fclose(f);
-        if (bad) {
-            free(b.data);
-            return cli_fail(cmd, "--json-schema: reading %s failed", o->schema_path);
-        }
-        o->schema = b.data ? b.data : calloc(1, 1);
-        if (!o->schema) return cli_fail(cmd, "out of memory");
+        if (!o->schema) return cli_fail(cmd, "--json-schema: reading %s failed", o->schema_path);
     }
     if (!o->schema[0]) return cli_fail(cmd, "--json-schema: %s is empty", o->schema_path);
     o->params.json_schema = o->schema;
@@ -400,7 +372,8 @@ int cmd_run(int argc, char **argv) {
         return cli_fail("run", "--json-schema - and the prompt cannot both come from stdin");
     if (gen_options_load("run", &o)) return 1;
     if (positional == 1 || strcmp(argv[optind + 1], "-") == 0) {
-        owned_prompt = read_all_stdin();
+        size_t len;
+        owned_prompt = cli_read_stream(stdin, &len);
         if (!owned_prompt) {
             gen_options_release(&o);
             return cli_fail("run", "reading the prompt from stdin failed");

@@ -28,27 +28,6 @@ static double seconds_since(const struct timespec *t0) {
     return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-/* Read all of a stream into a malloc'ed buffer (*len bytes, NUL-terminated). */
-static char *read_all(FILE *fp, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, fp);
-        if (n < cap) break;
-        cap *= 2;
-        char *grown = realloc(buf, cap + 1);
-        if (!grown) free(buf);
-        buf = grown;
-    }
-    if (!buf || ferror(fp)) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 static void print_ids(FILE *out, const char *label, const int32_t *ids, size_t n) {
     fprintf(out, "%s:", label);
     for (size_t i = 0; i < n; i++) fprintf(out, " %d", ids[i]);
@@ -332,7 +311,7 @@ int cmd_run_local(int argc, char **argv) {
         char *schema = NULL;
         if (schema_path) {
             FILE *fp = fopen(schema_path, "rb");
-            schema = fp ? read_all(fp, &len) : NULL;
+            schema = fp ? cli_read_stream(fp, &len) : NULL;
             if (fp) fclose(fp);
             if (!schema) {
                 cli_fail("run-local", "--json-schema: cannot read %s", schema_path);
@@ -497,7 +476,7 @@ int cmd_tokenize_local(int argc, char **argv) {
         return argc < 0 ? 0 : 2;
     }
     size_t len = 0;
-    char *text = read_all(stdin, &len);
+    char *text = cli_read_stream(stdin, &len);
     if (!text) return cli_fail("tokenize-local", "cannot read stdin");
     corral_error err;
     gguf_file *f = gguf_open(path, &err);
@@ -537,7 +516,7 @@ static int tokenize_file(const char *cmd, const model *m, const char *text_path,
     FILE *fp = fopen(text_path, "rb");
     if (!fp) return cli_fail(cmd, "cannot open %s", text_path), -1;
     size_t len = 0;
-    char *text = read_all(fp, &len);
+    char *text = cli_read_stream(fp, &len);
     fclose(fp);
     if (!text) return cli_fail(cmd, "cannot read %s", text_path), -1;
     corral_error err;

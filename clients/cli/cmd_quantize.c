@@ -8,6 +8,7 @@
  * (ECMAScript, lower-cased): they are compiled by corral's one regular expression engine, the
  * policies' DFA compiler (policies/src/regex.h), with its search flag.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,12 +44,17 @@ static void quantize_usage(FILE *out) {
             "                                llama-imatrix's file) for the weighted quantizers\n"
             "  --target-bpw X                choose each tensor's type so that the file has at\n"
             "                                most X bits per weight with the least measured error\n"
+            "  -f, --calibration TEXT        with --target-bpw: measure how much each tensor's\n"
+            "                                rounding moves the model's predictions on TEXT\n"
+            "                                (one pass of the model per tensor) and weigh its\n"
+            "                                error by that, instead of by its role\n"
+            "  --calibration-tokens N        evaluate at most N tokens of TEXT (default %d)\n"
             "  --report                      print every tensor's type and error, worst first,\n"
             "                                and the file's bits per weight (stdout)\n"
             "  --dry-run                     decide (and with --report measure) without writing\n"
             "  -t, --threads N               threads (default: physical cores)\n"
             "  -q, --quiet                   no per-tensor progress\n",
-            quantize_ftype_names());
+            quantize_ftype_names(), QUANTIZE_CALIBRATION_TOKENS);
 }
 
 /* ---- --tensor-type rules --------------------------------------------------------------------- */
@@ -128,8 +134,12 @@ static void print_report(const quantize_result *r, const char *ftype, int has_im
     if (!sorted) return;
     memcpy(sorted, r->tensors, r->n_tensors * sizeof *sorted);
     qsort(sorted, r->n_tensors, sizeof *sorted, worst_first);
-    printf("%-40s %-6s %-16s %-8s %12s %12s\n", "tensor", "type", "shape", "why", "weight err",
-           has_imatrix ? "output err" : "");
+    int budgeted = 0;
+    for (uint32_t i = 0; i < r->n_tensors; i++)
+        budgeted |= r->tensors[i].reason == QUANTIZE_REASON_BUDGET;
+    printf("%-40s %-6s %-16s %-8s %12s", "tensor", "type", "shape", "why", "weight err");
+    if (has_imatrix) printf(" %12s", "output err");
+    printf(budgeted ? " %12s\n" : "\n", "sensitivity");
     for (uint32_t i = 0; i < r->n_tensors; i++) {
         const quantize_tensor_info *t = &sorted[i];
         char shape[48] = "";
@@ -143,7 +153,14 @@ static void print_report(const quantize_result *r, const char *ftype, int has_im
             printf("%12.6f", t->weight_error);
         else
             printf("%12s", "-");
-        if (t->measured && t->output_error >= 0) printf(" %12.6f", t->output_error);
+        if (has_imatrix && t->measured && t->output_error >= 0)
+            printf(" %12.6f", t->output_error);
+        else if (has_imatrix && budgeted)
+            printf(" %12s", "-");
+        if (budgeted && t->reason == QUANTIZE_REASON_BUDGET)
+            printf(" %12.4g", t->sensitivity);
+        else if (budgeted)
+            printf(" %12s", "-");
         printf("\n");
     }
     printf("%s: %.4f bits per weight (%.2f MiB of tensor data; input %.4f bpw, %.2f MiB)\n", ftype,
@@ -175,6 +192,7 @@ int cmd_quantize(int argc, char **argv) {
         OPT_TARGET_BPW,
         OPT_REPORT,
         OPT_DRY_RUN,
+        OPT_CALIBRATION_TOKENS,
     };
     static const struct option options[] = {
         {"pure", no_argument, NULL, OPT_PURE},
@@ -185,6 +203,8 @@ int cmd_quantize(int argc, char **argv) {
         {"tensor-type", required_argument, NULL, OPT_TENSOR_TYPE},
         {"imatrix", required_argument, NULL, OPT_IMATRIX},
         {"target-bpw", required_argument, NULL, OPT_TARGET_BPW},
+        {"calibration", required_argument, NULL, 'f'},
+        {"calibration-tokens", required_argument, NULL, OPT_CALIBRATION_TOKENS},
         {"report", no_argument, NULL, OPT_REPORT},
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
         {"threads", required_argument, NULL, 't'},
@@ -195,12 +215,13 @@ int cmd_quantize(int argc, char **argv) {
     quantize_params p = quantize_params_default();
     static rules r; /* large: kept off the stack */
     memset(&r, 0, sizeof r);
-    const char *imatrix_path = NULL;
-    long threads = 0;
+    const char *imatrix_path = NULL, *calibration_path = NULL;
+    char *calibration = NULL;
+    long threads = 0, calibration_tokens = 0;
     int report = 0, dry_run = 0, quiet = 0, status = 2;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "t:q", options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:qf:", options, NULL)) != -1) {
         switch (c) {
             case OPT_PURE:
                 p.pure = 1;
@@ -228,6 +249,16 @@ int cmd_quantize(int argc, char **argv) {
             case OPT_TARGET_BPW:
                 if (cli_parse_double(optarg, 0.5, 64, &p.target_bpw)) {
                     cli_fail("quantize", "--target-bpw: '%s' is not in 0.5..64", optarg);
+                    goto done;
+                }
+                break;
+            case 'f':
+                calibration_path = optarg;
+                break;
+            case OPT_CALIBRATION_TOKENS:
+                if (cli_parse_long(optarg, 16, 1 << 24, &calibration_tokens)) {
+                    cli_fail("quantize", "--calibration-tokens: '%s' is not in 16..%d", optarg,
+                             1 << 24);
                     goto done;
                 }
                 break;
@@ -282,6 +313,25 @@ int cmd_quantize(int argc, char **argv) {
     p.match_user = &r;
     p.measure = report;
     if (!quiet) p.progress = progress;
+    if (calibration_path && !(p.target_bpw > 0)) {
+        cli_fail("quantize", "--calibration is for --target-bpw (see --help)");
+        goto done;
+    }
+    if (calibration_path) {
+        FILE *fp = fopen(calibration_path, "rb");
+        size_t len = 0;
+        calibration = fp ? cli_read_stream(fp, &len) : NULL;
+        if (fp) fclose(fp);
+        if (!calibration) {
+            cli_fail("quantize", "--calibration: cannot read %s: %s", calibration_path,
+                     fp ? "read error" : strerror(errno));
+            status = 1;
+            goto done;
+        }
+        p.calibration_text = calibration;
+        p.calibration_len = len;
+        p.calibration_tokens = (uint32_t)calibration_tokens;
+    }
 
     status = 1;
     corral_error err = {0};
@@ -333,6 +383,7 @@ int cmd_quantize(int argc, char **argv) {
     quantize_result_free(&res);
     imatrix_destroy(&im);
 done:
+    free(calibration);
     rules_free(&r);
     return status;
 }

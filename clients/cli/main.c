@@ -94,6 +94,26 @@ int cli_parse_long(const char *text, long min, long max, long *out) {
     return 0;
 }
 
+char *cli_read_stream(FILE *fp, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, fp);
+        if (n < cap) break;
+        cap *= 2;
+        char *grown = realloc(buf, cap + 1);
+        if (!grown) free(buf);
+        buf = grown;
+    }
+    if (!buf || ferror(fp)) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
 int cli_parse_double(const char *text, double min, double max, double *out) {
     if (!text || !*text) return -1;
     char *end;

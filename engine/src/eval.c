@@ -77,8 +77,7 @@ done:
     return st;
 }
 
-/* log softmax of n logits into out, in double. */
-static void log_softmax(const float *logits, uint32_t n, double *out) {
+void eval_log_softmax(const float *logits, uint32_t n, double *out) {
     float max = logits[0];
     for (uint32_t i = 1; i < n; i++)
         if (logits[i] > max) max = logits[i];
@@ -154,8 +153,8 @@ corral_status eval_kl_divergence(const model *ref, const model *m, threadpool *p
         if (st != CORRAL_OK) goto done;
         for (uint32_t j = first; j + 1 < n_ctx; j++) {
             const float *a = lr + (size_t)j * n_vocab, *b = lm + (size_t)j * n_vocab;
-            log_softmax(a, n_vocab, pr);
-            log_softmax(b, n_vocab, pm);
+            eval_log_softmax(a, n_vocab, pr);
+            eval_log_softmax(b, n_vocab, pm);
             double kl = 0;
             for (uint32_t v = 0; v < n_vocab; v++) kl += exp(pr[v]) * (pr[v] - pm[v]);
             kl = kl > 0 ? kl : 0; /* rounding can leave a tiny negative for equal distributions */

@@ -285,6 +285,22 @@ static corral_status bind_tensor(struct model *m, const arch_tensor *at, uint32_
     return CORRAL_OK;
 }
 
+void model__substitute_tensor(struct model *m, const gguf_tensor *t, tensor_type type,
+                              const void *data) {
+    const tensor_type_traits *traits = tensor_type_get_traits(data ? type : t->type);
+    const size_t row_bytes = tensor_row_size(data ? type : (tensor_type)t->type, t->ne[0]);
+    const char *base = data ? data : t->data;
+    for (size_t i = 0; i < model_n_slots(m); i++) {
+        model_weight *w = model_slot(m, i);
+        if (w->tensor != t) continue;
+        w->type = data ? type : t->type;
+        w->traits = traits;
+        w->row_bytes = row_bytes;
+        w->data = base + w->row0 * (int64_t)row_bytes; /* file_data stays the file's */
+        w->panels = 0;
+    }
+}
+
 /* The slot of a role: a global one, or layer il's. */
 static model_weight *model_role_slot(struct model *m, arch_role role, uint32_t il) {
     if (role < ARCH_ROLE_FIRST_LAYER_ROLE) return &m->global[role];

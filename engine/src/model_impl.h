@@ -66,6 +66,15 @@ struct model {
     char fault_message[CORRAL_ERROR_MESSAGE_MAX];
 };
 
+/* The weight slots of a model: the global ones, then every layer's. */
+static inline size_t model_n_slots(const struct model *m) {
+    return ARCH_N_GLOBAL_ROLES + (size_t)m->hp.n_layer * ARCH_N_LAYER_ROLES;
+}
+
+static inline model_weight *model_slot(struct model *m, size_t i) {
+    return i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
+}
+
 /* The weight of a per-layer role in layer il. */
 static inline const model_weight *model_layer_weight(const struct model *m, uint32_t il,
                                                      arch_role role) {
@@ -194,12 +203,21 @@ struct model_runner {
 #define FORWARD_SCATTER_PANELS 16
 
 /* Put the weights the path has panel kernels for into panel layout (model_repack.c); a no-op in
- * reference mode. CORRAL_OUT_OF_MEMORY with err set when the copy cannot be made. */
+ * reference mode or with keep_file_layout. CORRAL_OUT_OF_MEMORY with err set when the copy
+ * cannot be made. */
 corral_status model__repack(struct model *m, corral_error *err);
 
 /* Point every repacked weight back at the file's copy and free or unmap the panels (the inverse
  * of model__repack; model_weights_release). */
 void model__unpack(struct model *m);
+
+/* Let every weight that is the file's tensor `t` (or a view of its rows) read `data` instead:
+ * the whole tensor's rows in `type` (same shape; e.g. the tensor quantized, to measure what that
+ * does to the logits: quantize_probe.c). data NULL: the file's bytes again. Only for a model
+ * loaded with keep_file_layout (no weight in panels), and with no runner alive meanwhile: a
+ * runner sizes its scratch for the weights' types when it is made. */
+void model__substitute_tensor(struct model *m, const gguf_tensor *t, tensor_type type,
+                              const void *data);
 
 /* Map the file pages of [p, p + n) into the process now (MADV_POPULATE_READ where the kernel has
  * it; otherwise nothing): weights about to be read in full (model_repack.c). */

@@ -73,15 +73,6 @@ struct repack_plan {
     size_t n_packed;          /* items packed so far, for it */
 };
 
-/* The weight slots of a model: the global ones, then every layer's. */
-static size_t model_n_slots(const struct model *m) {
-    return ARCH_N_GLOBAL_ROLES + (size_t)m->hp.n_layer * ARCH_N_LAYER_ROLES;
-}
-
-static model_weight *model_slot(struct model *m, size_t i) {
-    return i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
-}
-
 /* Whether slot i's weight goes into panels on this kernel path. A view of a fused tensor's rows
  * (arch.h) is packed as part of the whole tensor, which gives it panels of its own only when it
  * starts on a panel boundary and ends on one or at the tensor's end (its leftover rows are then
@@ -308,7 +299,8 @@ static corral_status repack_with_image(const struct model *m, const char *dir,
 /* ---- model__repack --------------------------------------------------------------------------- */
 
 corral_status model__repack(struct model *m, corral_error *err) {
-    if (m->params.compute == MODEL_COMPUTE_REFERENCE) return CORRAL_OK;
+    if (m->params.compute == MODEL_COMPUTE_REFERENCE || m->params.keep_file_layout)
+        return CORRAL_OK;
     const kernel_ops *ops = kernels_get(err);
     if (!ops) return err ? err->status : CORRAL_UNSUPPORTED;
     repack_plan plan = {.progress = m->params.repack_progress};

@@ -277,9 +277,30 @@ static void hull(budget_tensor *b) {
     b->n = k;
 }
 
+/* Set t's sensitivity from the probe: the KL divergence the tensor alone causes at its smallest
+ * candidate type (the strongest signal), over that candidate's noise-to-signal ratio nsr[]. */
+static corral_status measure_sensitivity(const quantize_params *p, quant_probe *probe,
+                                         quant_tensor *t, const tensor_type *types, uint32_t k,
+                                         const double *nsr, corral_error *err) {
+    uint32_t s = 0;
+    for (uint32_t j = 1; j < k; j++)
+        if (tensor_bytes(t, types[j]) < tensor_bytes(t, types[s])) s = j;
+    t->sensitivity = 0;
+    if (!(nsr[s] > 0)) return CORRAL_OK; /* quantized exactly: nothing to measure */
+    const size_t bytes = (size_t)tensor_bytes(t, types[s]);
+    uint8_t *q = malloc(bytes ? bytes : 1);
+    if (!q) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "tensor %s: out of memory", t->name);
+    corral_status st = run_rows(p, t, &types[s], 1, q, 0, NULL, err);
+    double kl = 0;
+    if (st == CORRAL_OK) st = quant_probe_kl(probe, t->name, types[s], q, &kl, err);
+    free(q);
+    if (st == CORRAL_OK) t->sensitivity = kl / nsr[s];
+    return st;
+}
+
 /* Measure the eligible tensors at every candidate type and choose their types (quantize.h). */
-static corral_status choose_budget(const gguf_file *in, const quantize_params *p,
-                                   quant_tensor *ts, uint32_t n, corral_error *err) {
+static corral_status choose_budget(const gguf_file *in, const quantize_params *p, quant_tensor *ts,
+                                   uint32_t n, corral_error *err) {
     uint64_t n_elements = 0, fixed = 0;
     for (uint32_t i = 0; i < n; i++) n_elements += ts[i].n_elements;
     budget_tensor *bt = calloc(n ? n : 1, sizeof *bt);
@@ -287,6 +308,13 @@ static corral_status choose_budget(const gguf_file *in, const quantize_params *p
     uint32_t n_eligible = 0, done = 0;
     for (uint32_t i = 0; i < n; i++) n_eligible += (uint32_t)ts[i].eligible;
     corral_status st = CORRAL_OK;
+    quant_probe *probe = NULL;
+    if (p->calibration_text) {
+        st = quant_probe_new(gguf_path(in), p->calibration_text, p->calibration_len,
+                             p->calibration_tokens ? p->calibration_tokens
+                                                   : QUANTIZE_CALIBRATION_TOKENS,
+                             p->pool, &probe, err);
+    }
     for (uint32_t i = 0; i < n && st == CORRAL_OK; i++) {
         quant_tensor *t = &ts[i];
         if (!t->eligible) {
@@ -313,16 +341,17 @@ static corral_status choose_budget(const gguf_file *in, const quantize_params *p
             }
         }
         err_sums sums[N_BUDGET_TYPES];
+        double nsr[N_BUDGET_TYPES];
         st = source_begin(p, t, err);
         if (st == CORRAL_OK) st = run_rows(p, t, types, k, NULL, 1, sums, err);
+        for (uint32_t j = 0; st == CORRAL_OK && j < k; j++)
+            nsr[j] = t->importance ? (sums[j].aw2 > 0 ? sums[j].ae2 / sums[j].aw2 : 0)
+                                   : (sums[j].w2 > 0 ? sums[j].e2 / sums[j].w2 : 0);
+        if (st == CORRAL_OK && probe) st = measure_sensitivity(p, probe, t, types, k, nsr, err);
         source_end(p, t);
         gguf_release_range(in, t->t->data, (size_t)t->t->size);
-        for (uint32_t j = 0; st == CORRAL_OK && j < k; j++) {
-            const double nsr = t->importance ? (sums[j].aw2 > 0 ? sums[j].ae2 / sums[j].aw2 : 0)
-                                             : (sums[j].w2 > 0 ? sums[j].e2 / sums[j].w2 : 0);
-            bt[i].c[j] =
-                (candidate){types[j], tensor_bytes(t, types[j]), nsr * t->sensitivity};
-        }
+        for (uint32_t j = 0; st == CORRAL_OK && j < k; j++)
+            bt[i].c[j] = (candidate){types[j], tensor_bytes(t, types[j]), nsr[j] * t->sensitivity};
         bt[i].n = k;
         hull(&bt[i]);
         if (p->progress)
@@ -372,6 +401,7 @@ static corral_status choose_budget(const gguf_file *in, const quantize_params *p
         t->convert = t->type != t->t->type || t->from_source;
         if (!tensor_type_get_traits(t->type)->is_quantized) t->importance = NULL;
     }
+    quant_probe_destroy(&probe);
     free(bt);
     return st;
 }
@@ -436,6 +466,7 @@ static corral_status fill_result(const quant_tensor *ts, uint32_t n, uint32_t n_
         ti->measured = t->measured;
         ti->weight_error = t->weight_error;
         ti->output_error = t->output_error;
+        ti->sensitivity = t->reason == QUANTIZE_REASON_BUDGET ? t->sensitivity : 0;
         out->n_elements += ti->n_elements;
         out->bytes_in += ti->src_bytes;
         out->bytes_out += ti->bytes;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "corral/quantize.h"
+#include "corral/threadpool.h"
 
 /* One tensor of a plan, in the output's order. */
 typedef struct quant_tensor {
@@ -39,5 +40,23 @@ corral_status quantize__plan_types(const gguf_file *in, const quantize_params *p
 
 /* 1 if the engine can write tensors of `type` (it has kernels for it: tensor_type_is_supported). */
 int quantize__type_writable(uint32_t type);
+
+/* The sensitivity probe (quantize_probe.c): the model at `path` evaluated on calibration text
+ * (at most max_tokens of it, in chunks of up to 256 tokens, each from an empty cache with BOS
+ * first), its log-probabilities kept as the reference. Errors: model_load's, the tokenizer's,
+ * CORRAL_INVALID_ARGUMENT for a text under 16 tokens, CORRAL_OUT_OF_MEMORY. */
+typedef struct quant_probe quant_probe;
+corral_status quant_probe_new(const char *path, const char *text, size_t len, uint32_t max_tokens,
+                              threadpool *pool, quant_probe **out, corral_error *err);
+void quant_probe_destroy(quant_probe **p);
+
+/* Tokens whose predictions are compared (every position of every chunk). */
+uint64_t quant_probe_scored(const quant_probe *p);
+
+/* The mean KL(reference || model) over the scored tokens with the tensor named `tensor` replaced
+ * by `data`: its rows in `type` (tensor_quantize_rows's layout, same shape); the model is as it
+ * was afterwards. */
+corral_status quant_probe_kl(quant_probe *p, const char *tensor, tensor_type type, const void *data,
+                             double *kl, corral_error *err);
 
 #endif /* CORRAL_ENGINE_QUANTIZE_IMPL_H */

@@ -489,6 +489,13 @@ static corral_status check_params(const quantize_params *p, corral_error *err) {
     if (!(p->target_bpw >= 0) || p->target_bpw > 64)
         return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
                                 "target bits per weight %g: not in (0, 64]", p->target_bpw);
+    if (p->calibration_text && !(p->target_bpw > 0))
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "calibration text is for a size budget (target bits per weight)");
+    if (p->calibration_text && p->source)
+        return corral_error_set(err, CORRAL_INVALID_ARGUMENT,
+                                "calibration text needs the input file as the model; these "
+                                "tensors come from elsewhere (a merge)");
     return CORRAL_OK;
 }
 

@@ -22,6 +22,7 @@
 #include "corral/quantize.h"
 #include "corral/tensor.h"
 #include "corral/threadpool.h"
+#include "quantize_impl.h"
 #include "testutil.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
@@ -514,6 +515,133 @@ START_TEST(test_fallbacks) {
 }
 END_TEST
 
+/* A row source that always fails. */
+static corral_status bad_rows(void *user, uint64_t index, int64_t row0, int64_t n_rows, float *dst,
+                              corral_error *err) {
+    (void)user, (void)index, (void)row0, (void)n_rows, (void)dst;
+    return corral_error_set(err, CORRAL_IO, "the source broke");
+}
+
+/* The calibration text of these tests: the TinyStories sample (malloc'ed, *len bytes). */
+static char *sample_text(size_t *len) {
+    FILE *fp = fopen(test_shared_path("reference/tinystories-sample.txt"), "rb");
+    ck_assert_ptr_nonnull(fp);
+    char *text = malloc(1 << 16);
+    *len = fread(text, 1, 1 << 16, fp);
+    fclose(fp);
+    ck_assert(*len > 1000);
+    return text;
+}
+
+/* The probe swaps one tensor and puts it back: the tensor's own bytes move nothing (exactly 0),
+ * its quantized bytes move the predictions, the more the coarser the type, and after each
+ * measurement the model is as it was. */
+START_TEST(test_probe) {
+    char *in = shared("models/synth-llama-f32.gguf");
+    size_t len;
+    char *text = sample_text(&len);
+    corral_error err;
+    threadpool *pool = threadpool_new(2, &err);
+    ck_assert_ptr_nonnull(pool);
+    quant_probe *probe;
+    ck_assert_msg(quant_probe_new(in, text, len, 256, pool, &probe, &err) == CORRAL_OK, "%s",
+                  err.message);
+    ck_assert_uint_eq(quant_probe_scored(probe), 256);
+    gguf_file *f = open_ok(in);
+    const char *names[] = {"output.weight", "blk.1.ffn_down.weight"};
+    for (int i = 0; i < 2; i++) {
+        const gguf_tensor *t = gguf_find_tensor(f, names[i]);
+        const int64_t n = t->ne[0] * t->ne[1];
+        float *copy = malloc((size_t)n * sizeof *copy);
+        memcpy(copy, t->data, (size_t)n * sizeof *copy);
+        double kl_same, kl[2], kl_after;
+        ck_assert_int_eq(quant_probe_kl(probe, names[i], TENSOR_TYPE_F32, copy, &kl_same, &err),
+                         CORRAL_OK);
+        const tensor_type types[2] = {TENSOR_TYPE_Q4_0, TENSOR_TYPE_Q8_0};
+        for (int k = 0; k < 2; k++) {
+            void *q = malloc(tensor_row_size(types[k], t->ne[0]) * (size_t)t->ne[1]);
+            tensor_quantize_rows(types[k], copy, q, t->ne[1], t->ne[0], NULL);
+            ck_assert_int_eq(quant_probe_kl(probe, names[i], types[k], q, &kl[k], &err), CORRAL_OK);
+            free(q);
+        }
+        ck_assert_int_eq(quant_probe_kl(probe, names[i], TENSOR_TYPE_F32, copy, &kl_after, &err),
+                         CORRAL_OK);
+        printf("  %s: KL %g (own bytes), %g (Q4_0), %g (Q8_0), %g (own bytes again)\n", names[i],
+               kl_same, kl[0], kl[1], kl_after);
+        ck_assert(kl_same == 0.0 && kl_after == 0.0);
+        ck_assert(kl[1] > 0 && kl[0] > 4 * kl[1]);
+        free(copy);
+    }
+    ck_assert_int_eq(
+        quant_probe_kl(probe, "nope.weight", TENSOR_TYPE_F32, NULL, &(double){0}, &err),
+        CORRAL_FAILED_PRECONDITION);
+    quant_probe_destroy(&probe);
+    /* A text too short to measure anything; a file that is no model. */
+    ck_assert_int_eq(quant_probe_new(in, "Once", 4, 256, pool, &probe, &err),
+                     CORRAL_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.message, "at least 16") != NULL, "%s", err.message);
+    ck_assert_ptr_null(probe);
+    char *im_path = shared("models/TENSOR_TYPES.txt");
+    ck_assert_int_ne(quant_probe_new(im_path, text, len, 256, pool, &probe, &err), CORRAL_OK);
+    ck_assert_ptr_null(probe);
+    free(im_path);
+    gguf_destroy(&f);
+    threadpool_destroy(&pool);
+    free(text);
+    free(in);
+}
+END_TEST
+
+/* With calibration text the budget weighs each tensor by its measured effect: the weights differ
+ * from the roles' (on these random weights the embedding's noise matters about as much as the
+ * output's, several times more than a layer matrix's; a key projection's least), the budget
+ * still holds, and the parameters that cannot go with it are refused. */
+START_TEST(test_budget_calibrated) {
+    char *in = shared("models/synth-llama-f32.gguf");
+    gguf_file *f = open_ok(in);
+    size_t len;
+    char *text = sample_text(&len);
+    corral_error err;
+    quantize_params p = quantize_params_default();
+    p.ftype = QUANTIZE_FTYPE_Q4_K_S;
+    p.target_bpw = 4.7;
+    quantize_result r;
+    ck_assert_int_eq(quantize_plan(f, &p, &r, &err), CORRAL_OK);
+    ck_assert(find_info(&r, "token_embd.weight")->sensitivity == 1.0);
+    quantize_result_free(&r);
+    p.calibration_text = text;
+    p.calibration_len = len;
+    p.calibration_tokens = 256;
+    ck_assert_msg(quantize_plan(f, &p, &r, &err) == CORRAL_OK, "%s", err.message);
+    ck_assert(r.bpw_out <= 4.7);
+    const double embd = find_info(&r, "token_embd.weight")->sensitivity,
+                 out = find_info(&r, "output.weight")->sensitivity,
+                 ffn = find_info(&r, "blk.0.ffn_up.weight")->sensitivity,
+                 key = find_info(&r, "blk.1.attn_k.weight")->sensitivity;
+    printf("  measured sensitivity: token_embd %.3g, output %.3g, blk.0.ffn_up %.3g, blk.1.attn_k "
+           "%.3g\n",
+           embd, out, ffn, key);
+    ck_assert(embd > 3 && out > 3 && embd > 2 * ffn && ffn > key && key > 0);
+    for (uint32_t i = 0; i < r.n_tensors; i++)
+        if (r.tensors[i].reason == QUANTIZE_REASON_BUDGET) ck_assert(r.tensors[i].sensitivity > 0);
+    quantize_result_free(&r);
+    /* Calibration without a budget; with a row source (the model is not the file). */
+    p.target_bpw = 0;
+    ck_assert_int_eq(quantize_plan(f, &p, &r, &err), CORRAL_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.message, "size budget") != NULL, "%s", err.message);
+    p.target_bpw = 4.7;
+    uint8_t *from = calloc(gguf_tensor_count(f), 1);
+    const quantize_source src = {.from_source = from, .rows = bad_rows};
+    p.source = &src;
+    ck_assert_int_eq(quantize_plan(f, &p, &r, &err), CORRAL_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.message, "merge") != NULL, "%s", err.message);
+    free(from);
+    free(text);
+    gguf_destroy(&f);
+    free(in);
+}
+END_TEST
+
 /* Budgets at the edges: below the smallest file is refused, naming the least possible; a budget
  * above every candidate gives each eligible tensor its largest candidate (F16). */
 START_TEST(test_budget_limits) {
@@ -606,12 +734,6 @@ START_TEST(test_errors) {
 END_TEST
 
 /* A source that fails mid-tensor fails the write with its error, leaving no file. */
-static corral_status bad_rows(void *user, uint64_t index, int64_t row0, int64_t n_rows, float *dst,
-                              corral_error *err) {
-    (void)user, (void)index, (void)row0, (void)n_rows, (void)dst;
-    return corral_error_set(err, CORRAL_IO, "the source broke");
-}
-
 START_TEST(test_source_error) {
     char *in = shared("models/synth-llama-f32.gguf");
     gguf_file *f = open_ok(in);
@@ -642,6 +764,8 @@ static Suite *quantize_suite(void) {
     tcase_add_test(core, test_importance_lowers_weighted_error);
     tcase_add_test(core, test_measured_errors_and_importance);
     tcase_add_test(core, test_budget);
+    tcase_add_test(core, test_probe);
+    tcase_add_test(core, test_budget_calibrated);
     tcase_add_test(core, test_row_source);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");

@@ -52,4 +52,7 @@ corral_status eval_kl_divergence(const model *ref, const model *m, threadpool *p
                                  const int32_t *tokens, size_t n_tokens, uint32_t n_ctx,
                                  eval_kl_result *out, corral_error *err);
 
+/* The log softmax of n logits, in double: out[i] = logits[i] - log sum_j exp(logits[j]). */
+void eval_log_softmax(const float *logits, uint32_t n, double *out);
+
 #endif /* CORRAL_EVAL_H */

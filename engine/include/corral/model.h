@@ -74,6 +74,9 @@ typedef struct model_params {
      * one without a cache directory): done/total in tensors, from model_load's thread. A load that
      * maps an existing image rearranges nothing and reports nothing. Optional. */
     corral_progress repack_progress;
+    /* 1: never rearrange the weights; every matrix product reads the file's layout (slower). For
+     * tools that swap a weight's bytes between passes (quantize's sensitivity probe). */
+    int keep_file_layout;
 } model_params;
 
 /* Hyperparameters read from the file (keys `<arch>.*`), with derived values. */

@@ -54,8 +54,14 @@
  * each of the 2 * n_layer branch outputs and the embedding is one share of the residual stream,
  * so output.weight (or a tied token_embd) weighs 2 * n_layer + 1; attn_q and attn_k reach the
  * output only through the softmax of the scores, which damps their noise, and weigh 1/4; every
- * other tensor weighs 1. The rule is greedy over convex hulls, the classic one for this
- * multiple-choice knapsack:
+ * other tensor weighs 1. With calibration text (params.calibration_text) each tensor's weight is
+ * measured instead: the model (the input file) runs on the text once as it is and once per
+ * eligible tensor with that tensor alone quantized to its smallest candidate, and the weight is
+ * the mean KL divergence of the latter from the former over the scored tokens, divided by that
+ * candidate's noise-to-signal ratio. (Quantization noise changes the logits' distribution by an
+ * amount about proportional to its power, and the noises of different tensors add, so the
+ * weighted errors predict the file's KL divergence.) The rule is greedy over convex hulls, the
+ * classic one for this multiple-choice knapsack:
  *   1. for each tensor, its candidates (type, bytes, error) sorted by bytes, the dominated ones
  *      (more bytes, no less error) and those under the lower convex hull dropped, so each
  *      upgrade along the hull costs more bytes per unit of error saved than the one before;
@@ -155,9 +161,15 @@ typedef struct quantize_params {
     uint32_t n_overrides;
     quantize_match_fn match; /* required when n_overrides > 0 */
     void *match_user;
-    const imatrix *imatrix;        /* borrowed; NULL: none */
-    const char *imatrix_path;      /* recorded as quantize.imatrix.file; may be NULL */
-    double target_bpw;             /* > 0: choose types to fit this many bits per weight */
+    const imatrix *imatrix;   /* borrowed; NULL: none */
+    const char *imatrix_path; /* recorded as quantize.imatrix.file; may be NULL */
+    double target_bpw;        /* > 0: choose types to fit this many bits per weight */
+    /* Calibration text for target_bpw (NULL: none): each eligible tensor's sensitivity is then
+     * measured on it (see above) instead of taken from its role. Needs an input file corral can
+     * run as a model, and no source. */
+    const char *calibration_text;
+    size_t calibration_len;
+    uint32_t calibration_tokens;   /* evaluate at most this many tokens of it (0: 512) */
     int measure;                   /* measure every quantized tensor's error */
     threadpool *pool;              /* borrowed; NULL: the calling thread */
     const quantize_source *source; /* NULL: every tensor from the input file */
@@ -179,6 +191,9 @@ typedef struct quantize_params {
 quantize_params quantize_params_default(void);
 
 #define QUANTIZE_NAME_MAX 128
+
+/* Tokens of calibration text the size budget evaluates unless told (quantize_params). */
+#define QUANTIZE_CALIBRATION_TOKENS 512
 
 /* Why a tensor has its type. */
 typedef enum quantize_reason {
@@ -209,6 +224,8 @@ typedef struct quantize_tensor_info {
     double weight_error; /* relative RMS error of the weights */
     double output_error; /* relative RMS error of the output on the calibration activations, or
                             -1 without an importance matrix */
+    double sensitivity;  /* chosen by the budget: the weight of its noise-to-signal ratio (its
+                            role's, or measured with calibration text); else 0 */
 } quantize_tensor_info;
 
 typedef struct quantize_result {
