@@ -379,6 +379,11 @@ int cmd_quantize(int argc, char **argv) {
                 dry_run ? "planned " : "wrote ", dry_run ? in : out, quantize_ftype_name(p.ftype),
                 res.bpw_out, (double)res.bytes_out / 1048576.0, (double)res.bytes_in / 1048576.0,
                 res.n_importance, res.seconds, nth, nth == 1 ? "" : "s");
+        if (res.predicted_kl >= 0)
+            fprintf(stderr,
+                    "corral quantize: predicted KL divergence from the input on %s: %.4g (the "
+                    "tensors' measured effects, summed)\n",
+                    calibration_path, res.predicted_kl);
     }
     quantize_result_free(&res);
     imatrix_destroy(&im);

@@ -398,6 +398,7 @@ static corral_status choose_budget(const gguf_file *in, const quantize_params *p
         const candidate *c = &bt[i].c[bt[i].at];
         t->reason = QUANTIZE_REASON_BUDGET;
         t->type = c->type;
+        t->budget_error = c->error;
         t->convert = t->type != t->t->type || t->from_source;
         if (!tensor_type_get_traits(t->type)->is_quantized) t->importance = NULL;
     }
@@ -441,9 +442,10 @@ static corral_status make_plan(const gguf_file *in, const quantize_params *p, in
     return CORRAL_OK;
 }
 
-static corral_status fill_result(const quant_tensor *ts, uint32_t n, uint32_t n_fallback,
-                                 quantize_result *out, corral_error *err) {
+static corral_status fill_result(const quantize_params *p, const quant_tensor *ts, uint32_t n,
+                                 uint32_t n_fallback, quantize_result *out, corral_error *err) {
     memset(out, 0, sizeof *out);
+    out->predicted_kl = p->calibration_text ? 0 : -1;
     out->tensors = calloc(n ? n : 1, sizeof *out->tensors);
     if (!out->tensors) return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     out->n_tensors = n;
@@ -471,6 +473,8 @@ static corral_status fill_result(const quant_tensor *ts, uint32_t n, uint32_t n_
         out->bytes_in += ti->src_bytes;
         out->bytes_out += ti->bytes;
         out->n_importance += (uint32_t)ti->importance;
+        if (p->calibration_text && t->reason == QUANTIZE_REASON_BUDGET)
+            out->predicted_kl += t->budget_error;
     }
     if (out->n_elements) {
         out->bpw_in = (double)out->bytes_in * 8.0 / (double)out->n_elements;
@@ -488,7 +492,7 @@ corral_status quantize_plan(const gguf_file *in, const quantize_params *params,
     uint32_t n, n_fallback;
     corral_status st = make_plan(in, params, 1, &ts, &n, &n_fallback, err);
     if (st != CORRAL_OK) return st;
-    st = fill_result(ts, n, n_fallback, out, err);
+    st = fill_result(params, ts, n, n_fallback, out, err);
     out->seconds = now_seconds() - t0;
     free(ts);
     return st;
@@ -622,7 +626,7 @@ corral_status quantize_write(const gguf_file *in, const char *out_path,
         gguf_builder_destroy(&b);
     free(ctx);
     if (st == CORRAL_OK && out) {
-        st = fill_result(ts, n, n_fallback, out, err);
+        st = fill_result(p, ts, n, n_fallback, out, err);
         out->seconds = now_seconds() - t0;
     }
     free(ts);

@@ -27,6 +27,7 @@ typedef struct quant_tensor {
     const float *importance;   /* its importance matrix entry (ne[0] * ne[2] floats), or NULL */
     int64_t importance_stride; /* floats of importance per matrix (ne[0]); 0 when none */
     double sensitivity; /* the budget's weight of its noise-to-signal ratio (quantize.h) */
+    double budget_error; /* the budget's chosen type: that ratio times the sensitivity */
     int measured;
     double weight_error, output_error;
 } quant_tensor;

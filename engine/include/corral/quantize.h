@@ -237,6 +237,10 @@ typedef struct quantize_result {
     double bpw_in, bpw_out;       /* bits per weight: bytes * 8 / n_elements */
     uint32_t n_fallback;          /* tensors whose type fell back */
     uint32_t n_importance;        /* tensors quantized with an importance matrix entry */
+    /* With calibration text: the sum of the budget's weighted errors, a prediction of the file's
+     * mean KL divergence from the input on that text (about right when the tensors' errors add
+     * up: docs/quantize.md); -1 otherwise. */
+    double predicted_kl;
     double seconds;
 } quantize_result;
 
