@@ -510,7 +510,11 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
     /* Who sent it: the ZAP handler named the connection's peer (front_zmq_auth.h). */
     auth_peer who;
     if (zauth_peer_of(payload, &who) != CORRAL_OK) {
-        log_warn("message refused: its connection was not authenticated");
+        static log_limit unauthenticated_log = LOG_LIMIT_INIT(20, 10000);
+        uint64_t left_out;
+        if (log_limit_allow(&unauthenticated_log, &left_out))
+            log_warn("message refused: its connection was not authenticated",
+                     LOG_UINT("left_out", left_out));
         send_error(f, peer_id, peer_len, 0, CORRAL_PERMISSION_DENIED,
                    "this connection was not authenticated by corrald");
         return;

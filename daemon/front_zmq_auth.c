@@ -84,6 +84,10 @@ void *zauth_monitor_socket(const zauth *a) {
     return a->monitor;
 }
 
+/* Refused connections, by the ZAP handler or at the handshake: a peer retrying in a loop is
+ * logged 20 times per 10 s at most, each record saying how many were left out before it. */
+static log_limit refusal_log = LOG_LIMIT_INIT(20, 10000);
+
 /* ---- listeners ------------------------------------------------------------------------------ */
 
 corral_status zauth_prepare_ipc(void *router, corral_error *err) {
@@ -207,7 +211,10 @@ void zauth_answer_zap(zauth *a, core *k) {
         log_debug("connection accepted", LOG_STR("peer", who));
         zap_reply(a, n > 1 ? &frames[1] : &frames[0], "200", "OK", user_id);
     } else {
-        log_warn("connection refused", LOG_STR("peer", who), LOG_STR("reason", err.message));
+        uint64_t left_out;
+        if (log_limit_allow(&refusal_log, &left_out))
+            log_warn("connection refused", LOG_STR("peer", who), LOG_STR("reason", err.message),
+                     LOG_UINT("left_out", left_out));
         zap_reply(a, n > 1 ? &frames[1] : &frames[0],
                   st == CORRAL_PERMISSION_DENIED ? "400" : "500", "refused", "");
     }
@@ -257,9 +264,11 @@ void zauth_read_monitor(zauth *a) {
             endpoint[len] = '\0';
         }
         /* ZAP refusals were logged with their reason by the handler. */
-        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        uint64_t left_out;
+        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && log_limit_allow(&refusal_log, &left_out))
             log_warn("connection refused", LOG_STR("endpoint", endpoint),
-                     LOG_STR("reason", handshake_reason(event, value, endpoint)));
+                     LOG_STR("reason", handshake_reason(event, value, endpoint)),
+                     LOG_UINT("left_out", left_out));
         zmq_msg_close(&address);
         zmq_msg_close(&head);
     }

@@ -233,3 +233,31 @@ void log_write(log_level level, const char *msg, ...) {
         len -= (size_t)w;
     }
 }
+
+/* ---- limits ---------------------------------------------------------------------------------- */
+
+int log_limit_allow_at(log_limit *l, int64_t now_ms, uint64_t *left_out) {
+    while (atomic_flag_test_and_set_explicit(&l->busy, memory_order_acquire)) {
+    }
+    if (l->window_start_ms < 0 || now_ms - l->window_start_ms >= (int64_t)l->window_ms ||
+        now_ms < l->window_start_ms) {
+        l->window_start_ms = now_ms;
+        l->in_window = 0;
+    }
+    const int allowed = l->in_window < l->burst;
+    if (allowed) {
+        l->in_window++;
+        if (left_out) *left_out = l->left_out;
+        l->left_out = 0;
+    } else {
+        l->left_out++;
+    }
+    atomic_flag_clear_explicit(&l->busy, memory_order_release);
+    return allowed;
+}
+
+int log_limit_allow(log_limit *l, uint64_t *left_out) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return log_limit_allow_at(l, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, left_out);
+}

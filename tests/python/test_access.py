@@ -148,6 +148,20 @@ def test_a_refused_tcp_client_is_told_at_once(tcp_daemon, keys, kind):
         assert 'msg="connection refused" endpoint=tcp://' in d.log()
 
 
+def test_a_client_refused_in_a_loop_does_not_flood_the_log(tcp_daemon):
+    """A peer that retries a refused connection in a loop gets 20 log records per 10 s, not one per
+    attempt (the next record says how many were left out)."""
+    d, endpoint = tcp_daemon
+    before = d.log().count('msg="connection refused"')
+    for _ in range(50):
+        with Client(endpoint, timeout=PROMPT_WAIT_S) as c:
+            with pytest.raises(PermissionDenied, match="tcp needs CURVE keys"):
+                c.ping()
+    logged = d.log().count('msg="connection refused"') - before
+    print(f"{logged} of 50 refusals logged")
+    assert 1 <= logged <= 20, logged
+
+
 def test_key_mistakes_are_refused_by_the_client(tcp_daemon, keys):
     d, endpoint = tcp_daemon
     secret = keys["dir"] / "client.key"

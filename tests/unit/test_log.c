@@ -114,6 +114,31 @@ START_TEST(test_long_line_is_cut_with_marker) {
 }
 END_TEST
 
+/* A limit lets `burst` records through per window and counts the rest, which the next record let
+ * through reports; a new window (or a clock that went back) starts the count again. */
+START_TEST(test_limit) {
+    log_limit l = LOG_LIMIT_INIT(3, 1000);
+    uint64_t left_out = 99;
+    for (int i = 0; i < 3; i++) {
+        ck_assert(log_limit_allow_at(&l, 5000 + i, &left_out));
+        ck_assert_uint_eq(left_out, 0);
+    }
+    for (int i = 0; i < 1000; i++) ck_assert(!log_limit_allow_at(&l, 5100 + i % 800, &left_out));
+    ck_assert(log_limit_allow_at(&l, 6000, &left_out)); /* the next window */
+    ck_assert_uint_eq(left_out, 1000);
+    ck_assert(log_limit_allow_at(&l, 6001, NULL));
+    ck_assert(log_limit_allow_at(&l, 6002, &left_out));
+    ck_assert_uint_eq(left_out, 0);
+    ck_assert(!log_limit_allow_at(&l, 6003, &left_out));
+    ck_assert(log_limit_allow_at(&l, 10, &left_out)); /* the clock went back: a new window */
+    ck_assert_uint_eq(left_out, 1);
+    /* The real clock: a burst goes through at once, the next is held back. */
+    static log_limit now = LOG_LIMIT_INIT(2, 60000);
+    ck_assert(log_limit_allow(&now, NULL) && log_limit_allow(&now, NULL));
+    ck_assert(!log_limit_allow(&now, NULL));
+}
+END_TEST
+
 START_TEST(test_tiny_buffers) {
     char buf[4] = "zzz";
     const log_field fields[] = {LOG_END_};
@@ -154,6 +179,7 @@ static Suite *log_suite(void) {
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_long_line_is_cut_with_marker);
+    tcase_add_test(limits, test_limit);
     tcase_add_test(limits, test_tiny_buffers);
     suite_add_tcase(s, limits);
     TCase *errors = tcase_create("errors");

@@ -14,6 +14,7 @@
 #ifndef CORRAL_LOG_H
 #define CORRAL_LOG_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +96,34 @@ size_t log_format(char *buf, size_t size, int64_t unix_ms, log_level level, cons
  * Exposed so that other one-line quoting (gguf's value printer) spells bytes the same way. */
 #define LOG_ESCAPE_MAX 5
 const char *log_escape_byte(uint8_t c, char buf[LOG_ESCAPE_MAX]);
+
+/* A limit on a warning that others can cause at will (a refused connection, an unauthenticated
+ * message): at most `burst` records per `window_ms`; the ones over it are not written but
+ * counted, and the next record written reports how many were left out, so that a peer retrying
+ * in a loop cannot fill the log (or the disk under it) while every kind of event still shows.
+ * Any thread may use one; define it static with LOG_LIMIT_INIT.
+ *
+ *     static log_limit refusals = LOG_LIMIT_INIT(20, 10000);
+ *     uint64_t left_out;
+ *     if (log_limit_allow(&refusals, &left_out))
+ *         log_warn("connection refused", LOG_STR("peer", who), LOG_UINT("left_out", left_out));
+ */
+typedef struct log_limit {
+    uint32_t burst, window_ms;
+    atomic_flag busy;
+    int64_t window_start_ms; /* -1: no window yet */
+    uint32_t in_window;
+    uint64_t left_out;
+} log_limit;
+#define LOG_LIMIT_INIT(b, w) \
+    { .burst = (b), .window_ms = (w), .busy = ATOMIC_FLAG_INIT, .window_start_ms = -1 }
+
+/* 1 if a record may be written now (then *left_out, when not NULL, receives how many were not
+ * since the last one written); 0 if it is over the limit (and counted). */
+int log_limit_allow(log_limit *l, uint64_t *left_out);
+
+/* The same at a given time on the monotonic clock, in milliseconds (tests). */
+int log_limit_allow_at(log_limit *l, int64_t now_ms, uint64_t *left_out);
 
 /* Direct records to a file descriptor other than stderr (tests). Returns the previous one. */
 int log_set_fd(int fd);
