@@ -755,10 +755,8 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
         (r->scatter = malloc(T * FORWARD_SCATTER_TOKENS * FORWARD_SCATTER_PANELS *
                              KERNEL_PANEL_ROWS * sizeof(float)));
     /* One quantized-activation buffer per partner type the model's weights use. */
-    for (size_t i = 0; ok && i < ARCH_N_GLOBAL_ROLES + (size_t)hp->n_layer * ARCH_N_LAYER_ROLES;
-         i++) {
-        const model_weight *w =
-            i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
+    for (size_t i = 0; ok && i < model_n_slots(m); i++) {
+        const model_weight *w = model_slot_at(m, i);
         if (!w->data || w->n_out == 1) continue;
         const tensor_type vt = w->traits->vec_dot_type;
         if (vt == TENSOR_TYPE_F32 || r->act_q[vt]) continue;
@@ -775,9 +773,8 @@ model_runner *model_runner_new(const model *m, uint32_t max_batch, threadpool *p
         ok = (r->act_aux = malloc(B * (max_in / QK8_0) * sizeof *r->act_aux)) != NULL;
     size_t max_row = 0;
     int f16_panels = 0;
-    for (size_t i = 0; i < ARCH_N_GLOBAL_ROLES + (size_t)hp->n_layer * ARCH_N_LAYER_ROLES; i++) {
-        const model_weight *w =
-            i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
+    for (size_t i = 0; i < model_n_slots(m); i++) {
+        const model_weight *w = model_slot_at(m, i);
         if (w->panels && w->row_bytes > max_row) max_row = w->row_bytes;
         if (w->panels && w->type == TENSOR_TYPE_F16) f16_panels = 1;
     }

@@ -71,8 +71,12 @@ static inline size_t model_n_slots(const struct model *m) {
     return ARCH_N_GLOBAL_ROLES + (size_t)m->hp.n_layer * ARCH_N_LAYER_ROLES;
 }
 
-static inline model_weight *model_slot(struct model *m, size_t i) {
+static inline const model_weight *model_slot_at(const struct model *m, size_t i) {
     return i < ARCH_N_GLOBAL_ROLES ? &m->global[i] : &m->layers[i - ARCH_N_GLOBAL_ROLES];
+}
+
+static inline model_weight *model_slot(struct model *m, size_t i) {
+    return (model_weight *)model_slot_at(m, i);
 }
 
 /* The weight of a per-layer role in layer il. */
