@@ -17,6 +17,15 @@
  * cancelled; its connection is still there, so each gets its final message (Done CANCELLED, or
  * Error CANCELLED for one that had not started), which a client that stopped reading never sees.
  *
+ * Requests belong to the connection they came through, not only to a routing identity: a client
+ * may choose its own (ZMQ_ROUTING_ID), and once its connection closes another client could connect
+ * under the same one and be sent the rest of the first client's output. Each request records the
+ * connection's descriptor (ZMQ_SRCFD), the router's monitor reports every connection that closes,
+ * and the requests of a closed connection are cancelled at once (JOB_CANCEL_GONE: their output is
+ * dropped). The monitor is read before every read from the router and before every pass that
+ * sends, so the close is known before a message of a connection that reuses the descriptor or
+ * the routing identity is read, and before output would be routed to it.
+ *
  * The core tells us of new events through the sink's notify callback, which writes to an eventfd
  * that the loop polls with the sockets.
  */
@@ -68,6 +77,7 @@ typedef struct zreq {
     void *extra;               /* arrays of the core request beyond the decoded message */
     uint8_t peer[PEER_ID_MAX]; /* the client's routing identity */
     size_t peer_len;
+    int conn_fd; /* the descriptor of the connection the request came through, or -1 */
     uint64_t id; /* the client's request id */
     bool stream;
     /* Taken from the job, not yet accepted by ZeroMQ (sent in this order). */
@@ -422,11 +432,29 @@ static bool zreq_flush(front_zmq *f, zreq *q) {
     }
 }
 
+/* The monitor's report of a closed connection: its requests can reach no one any more (and must
+ * not reach a client that takes over its routing identity). */
+static void connection_closed(void *ctx, int fd) {
+    front_zmq *f = ctx;
+    for (zreq *q = f->inflight; q; q = q->next) {
+        if (q->conn_fd != fd || q->dead) continue;
+        log_debug("client disconnected", LOG_UINT("id", q->id), LOG_STR("app", q->j->app));
+        cancel_job(f, q, JOB_CANCEL_GONE);
+    }
+}
+
+/* Take in what the monitor reported (closed connections above all): before reading from the
+ * router and before sending on it. */
+static void read_monitor(front_zmq *f) {
+    zauth_read_monitor(f->auth, connection_closed, f);
+}
+
 /* Deliver the events of the jobs the core queued. */
 static void deliver_events(front_zmq *f) {
     uint64_t count;
     if (read(f->event_fd, &count, sizeof count) < 0 && errno != EAGAIN)
         log_warn("eventfd read failed", LOG_STR("error", strerror(errno)));
+    read_monitor(f);
     job *ready[64];
     size_t n;
     do {
@@ -469,6 +497,7 @@ static void check_liveness(front_zmq *f) {
     const int64_t now = mono_us();
     const int64_t peer_timeout = f->config->peer_timeout_ms * 1000;
     const int64_t stall_timeout = f->config->stall_timeout_ms * 1000;
+    read_monitor(f);
     for (zreq *q = f->inflight, *next; q; q = next) {
         next = q->next;
         if (q->dead) continue;
@@ -631,6 +660,7 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
     q->wire = req;
     memcpy(q->peer, peer_id, peer_len);
     q->peer_len = peer_len;
+    q->conn_fd = zmq_msg_get(payload, ZMQ_SRCFD);
     q->id = req->id;
     q->extra = extra;
     j->front = q;
@@ -651,6 +681,7 @@ static void handle_request(front_zmq *f, const uint8_t *peer_id, size_t peer_len
 /* Read one whole multipart message from the router: [identity][payload]. Extra frames mean the
  * sender is not a plain DEALER speaking our framing. */
 static void front_receive(front_zmq *f) {
+    read_monitor(f);
     zmq_msg_t identity, payload;
     zmq_msg_init(&identity);
     zmq_msg_init(&payload);
@@ -727,7 +758,7 @@ corral_status front_zmq_run(front_zmq *f, core *k, int signal_fd, const char *co
                     break;
             } while (events & ZMQ_POLLIN);
         }
-        if (items[4].revents & ZMQ_POLLIN) zauth_read_monitor(f->auth);
+        if (items[4].revents & ZMQ_POLLIN) read_monitor(f);
         if (items[0].revents & ZMQ_POLLIN) {
             /* Drain everything that is ready, then poll again. */
             int events = 0;

@@ -49,7 +49,7 @@ zauth *zauth_new(void *zctx, void *router, corral_error *err) {
         return NULL;
     }
     const int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
     if (zmq_socket_monitor(router, MONITOR_ENDPOINT, events) != 0 ||
         !(a->monitor = zmq_socket(zctx, ZMQ_PAIR)) ||
         zmq_setsockopt(a->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
@@ -240,7 +240,7 @@ static const char *handshake_reason(uint16_t event, uint32_t value, const char *
     }
 }
 
-void zauth_read_monitor(zauth *a) {
+void zauth_read_monitor(zauth *a, void (*closed)(void *ctx, int fd), void *ctx) {
     for (;;) {
         zmq_msg_t head, address;
         zmq_msg_init(&head);
@@ -265,10 +265,14 @@ void zauth_read_monitor(zauth *a) {
         }
         /* ZAP refusals were logged with their reason by the handler. */
         uint64_t left_out;
-        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && log_limit_allow(&refusal_log, &left_out))
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            if (closed) closed(ctx, (int)value);
+        } else if (event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH &&
+                   log_limit_allow(&refusal_log, &left_out)) {
             log_warn("connection refused", LOG_STR("endpoint", endpoint),
                      LOG_STR("reason", handshake_reason(event, value, endpoint)),
                      LOG_UINT("left_out", left_out));
+        }
         zmq_msg_close(&address);
         zmq_msg_close(&head);
     }

@@ -13,7 +13,8 @@
  * as ZMQ_EVENT_HANDSHAKE_FAILED_AUTH, and a log line saying who was refused and why.
  *
  * Handshakes that fail before any ZAP request (a tcp client without CURVE, a wrong server key)
- * are logged from the router's monitor.
+ * are logged from the router's monitor, which also reports each connection that closes (by its
+ * file descriptor, as ZMQ_SRCFD names the connection a message came through).
  *
  * Everything here runs on the front end's thread: the loop polls the two sockets below.
  */
@@ -49,7 +50,12 @@ corral_status zauth_prepare_tcp(void *router, const cfg *c, const char *endpoint
 void *zauth_zap_socket(const zauth *a);
 void *zauth_monitor_socket(const zauth *a);
 void zauth_answer_zap(zauth *a, core *k);
-void zauth_read_monitor(zauth *a);
+
+/* Read every monitor event there is (never blocks): failed handshakes are logged, and for each
+ * connection that closed, closed(ctx, fd) is called with the descriptor it had. Call it before
+ * reading the router and before sending on it, so that a closed connection is known before a
+ * message of a new one that reuses its descriptor or its routing id is. */
+void zauth_read_monitor(zauth *a, void (*closed)(void *ctx, int fd), void *ctx);
 
 /* The peer a received message came from (its User-Id, set by the handler). CORRAL_OK, or
  * CORRAL_PERMISSION_DENIED for a message whose connection did not pass the handler. */

@@ -36,6 +36,16 @@ static void raw_open(raw *r, const char *endpoint) {
     ck_assert_int_eq(zmq_connect(r->sock, endpoint), 0);
 }
 
+/* A raw client whose routing identity is its own choice (ZMQ_ROUTING_ID), as any client may. */
+static void raw_open_as(raw *r, const char *endpoint, const char *routing_id) {
+    r->ctx = zmq_ctx_new();
+    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_setsockopt(r->sock, ZMQ_ROUTING_ID, routing_id, strlen(routing_id)), 0);
+    ck_assert_int_eq(zmq_connect(r->sock, endpoint), 0);
+}
+
 static void raw_close(raw *r) {
     zmq_close(r->sock);
     zmq_ctx_term(r->ctx);
@@ -524,24 +534,30 @@ static long long wait_until_idle(int timeout_ms) {
     return -1;
 }
 
-/* How many lines of the daemon's log record the cancellation of request `id` for `why` (the
- * core's "request cancelled" line: logfmt, id=N ... why=NAME). */
-static int cancellations_logged(uint64_t id, const char *why) {
+/* How many lines of the daemon's log record the cancellation of request `id` for `why` while it
+ * was `when` ("running", "queued"; NULL: either) (the core's "request cancelled" line: logfmt,
+ * id=N ... why=NAME when=PHASE). */
+static int cancellations_logged_when(uint64_t id, const char *why, const char *when) {
     static char log[1 << 20];
     harness_read_log(&d, log, sizeof log);
-    char want_id[40], want_why[40];
+    char want_id[40], want_why[40], want_when[40] = "";
     snprintf(want_id, sizeof want_id, " id=%llu ", (unsigned long long)id);
     snprintf(want_why, sizeof want_why, " why=%s ", why);
+    if (when) snprintf(want_when, sizeof want_when, " when=%s ", when);
     int n = 0;
     for (char *line = log, *end; *line; line = end + 1) {
         end = strchr(line, '\n');
         if (!end) break;
         *end = '\0';
         if (strstr(line, "msg=\"request cancelled\"") && strstr(line, want_id) &&
-            strstr(line, want_why))
+            strstr(line, want_why) && strstr(line, want_when))
             n++;
     }
     return n;
+}
+
+static int cancellations_logged(uint64_t id, const char *why) {
+    return cancellations_logged_when(id, why, NULL);
 }
 
 /* Wait (polling the log) until request id's cancellation for `why` is logged; the milliseconds
@@ -577,6 +593,79 @@ START_TEST(test_killed_client_is_freed) {
                   "the request of a vanished client was not cancelled");
     ck_assert_msg(wait_until_idle(60000) >= 0, "requests still active after the cancellation");
     ck_assert(daemon_answers_ping(d.endpoint));
+}
+END_TEST
+
+/* Read and drop every Response r has waiting (a stream whose client keeps up never pauses). */
+static void raw_drain(raw *r) {
+    Corral__V1__Response *resp;
+    while ((resp = raw_recv(r, 0)) != NULL) corral__v1__response__free_unpacked(resp, NULL);
+}
+
+START_TEST(test_a_routing_identity_taken_over_gets_none_of_the_closed_clients_output) {
+    /* Client A chooses its routing identity and queues a request behind another client's stream
+     * (one active request per model), then its connection closes. A's request must be cancelled
+     * then, while still queued — not once it runs and a send to A fails, nor after the peer
+     * timeout (60 s here) — and a client B that connects under the same identity must get none
+     * of its output once the slot is free. */
+    ck_assert_int_eq(harness_stop(&d, SIGTERM, 10000), 0);
+    start_daemon_with("{peer_timeout_ms: 60000, stall_timeout_ms: 60000, active_per_model: 1}",
+                      NULL);
+    const gen_opts endless = {.model = "synth-long",
+                              .max_tokens = 4000,
+                              .stream = true,
+                              .has_temperature = true,
+                              .temperature = 1.0f,
+                              .constraint = ENDLESS};
+    raw other; /* holds the slot; read as it goes, so that its stream never pauses */
+    raw_open(&other, d.endpoint);
+    send_generate(&other, 1, &endless);
+    Corral__V1__Response *resp = raw_recv_live(&other, 120000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_CHUNK);
+    corral__v1__response__free_unpacked(resp, NULL);
+
+    raw a;
+    raw_open_as(&a, d.endpoint, "corral-test-client");
+    send_generate(&a, 7, &endless);
+    long long t0 = now_ms();
+    while (busy_requests(d.endpoint) < 2 && now_ms() - t0 < 60000) raw_drain(&other);
+    raw_close(&a);
+    t0 = now_ms();
+    while (!cancellations_logged(7, "gone") && now_ms() - t0 < 60000) {
+        raw_drain(&other);
+        usleep(10000);
+    }
+    ck_assert_msg(cancellations_logged_when(7, "gone", "queued") == 1,
+                  "the queued request of a closed connection was not cancelled while queued");
+
+    raw b;
+    raw_open_as(&b, d.endpoint, "corral-test-client");
+    Corral__V1__Ping ping = CORRAL__V1__PING__INIT;
+    send_simple(&b, 2, CORRAL__V1__REQUEST__BODY_PING, &ping);
+    resp = raw_recv(&b, 30000); /* B is connected under the identity */
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_uint_eq(resp->id, 2);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_PONG);
+    corral__v1__response__free_unpacked(resp, NULL);
+
+    /* Free the slot and run one short request after it: the queue is first come, first served,
+     * so had A's request been alive it would have run (to B) before this one could end. */
+    Corral__V1__Cancel c = CORRAL__V1__CANCEL__INIT;
+    c.request_id = 1;
+    send_simple(&other, 3, CORRAL__V1__REQUEST__BODY_CANCEL, &c);
+    send_generate(&other, 4, &(gen_opts){.model = "synth-long", .max_tokens = 8});
+    resp = raw_final(&other, 4, 120000);
+    ck_assert_ptr_nonnull(resp);
+    ck_assert_int_eq(resp->body_case, CORRAL__V1__RESPONSE__BODY_DONE);
+    corral__v1__response__free_unpacked(resp, NULL);
+    while ((resp = raw_recv(&b, 200)) != NULL) {
+        ck_assert_msg(resp->id != 7, "the client that took the identity was sent request 7's %s",
+                      resp->body_case == CORRAL__V1__RESPONSE__BODY_CHUNK ? "text" : "messages");
+        corral__v1__response__free_unpacked(resp, NULL);
+    }
+    raw_close(&b);
+    raw_close(&other);
 }
 END_TEST
 
@@ -1238,6 +1327,8 @@ static Suite *scheduler_suite(void) {
     tcase_add_checked_fixture(limits, setup, teardown);
     tcase_set_timeout(limits, 120);
     tcase_add_test(limits, test_killed_client_is_freed);
+    tcase_add_test(limits,
+                   test_a_routing_identity_taken_over_gets_none_of_the_closed_clients_output);
     tcase_add_test(limits, test_client_that_stops_reading_is_cancelled_after_stall_timeout);
     tcase_add_test(limits, test_silent_client_requests_are_cancelled);
     tcase_add_test(limits, test_paused_streams_give_up_their_slots);
