@@ -1,16 +1,21 @@
 /*
  * fuzz_proto.c — a ZeroMQ message as corrald's front end receives it: corral__v1__request__unpack
  * (protobuf-c, from the generated proto/corral.pb-c.c) on the bytes, then, as front_zmq.c does,
- * Ping and Cancel read in place and everything else translated by zproto_to_core
- * (daemon/front_zmq_proto.h) into a core_request, and all of it freed.
+ * the check of every string field on the wire (zproto_check_strings), Ping and Cancel read in
+ * place and everything else translated by zproto_to_core (daemon/front_zmq_proto.h) into a
+ * core_request, and all of it freed.
  *
- * Invariants: a translation succeeds exactly for the bodies the core serves, with a known priority;
+ * Invariants: a request whose strings the check refuses is refused as INVALID_ARGUMENT with a
+ * message that is valid UTF-8 (it names the field); one it lets through has only valid UTF-8
+ * without NULs in the strings the decoder gives (the app, the model, the prompt, the messages);
+ * a translation succeeds exactly for the bodies the core serves, with a known priority;
  * the core request's kind matches the body; every string it carries is non-NULL and its length is
  * the C string's; a failure leaves no extra allocation behind and names the problem. Then the
  * answers the front end would send — an Error carrying the translation's message, an Ack echoing
  * the app name — are packed and decoded back unchanged.
  */
 #include "corral.pb-c.h"
+#include "corral/utf8.h"
 #include "front_zmq_proto.h"
 #include "fuzz.h"
 
@@ -103,10 +108,44 @@ static void translate(const Corral__V1__Request *req) {
     free(extra);
 }
 
+/* A string the decoder gave, of a request whose wire strings passed the check: valid UTF-8 (with
+ * no NUL the decoder could have cut it at, the C string is all of it). */
+static void check_clean(const char *s, const char *what) {
+    if (!s) return;
+    const size_t n = strlen(s);
+    FUZZ_CHECK(utf8_validate((const uint8_t *)s, n) == n, "%s is not valid UTF-8", what);
+}
+
+static void check_strings_passed(const Corral__V1__Request *req) {
+    check_clean(req->app, "app");
+    if (req->body_case != CORRAL__V1__REQUEST__BODY_GENERATE || !req->generate) return;
+    const Corral__V1__Generate *g = req->generate;
+    check_clean(g->model, "generate.model");
+    check_clean(g->prompt, "generate.prompt");
+    check_clean(g->session, "generate.session");
+    check_clean(g->constraint, "generate.constraint");
+    for (size_t i = 0; i < g->n_messages; i++) {
+        check_clean(g->messages[i]->role, "message role");
+        check_clean(g->messages[i]->content, "message content");
+    }
+    for (size_t i = 0; i < g->n_stop; i++) check_clean(g->stop[i], "stop string");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Corral__V1__Request *req = corral__v1__request__unpack(NULL, size, data);
     if (!req) return 0;
     FUZZ_CHECK(req->app != NULL, "app NULL");
+    corral_error err = {0};
+    const corral_status strings = zproto_check_strings(data, size, &err);
+    if (strings != CORRAL_OK) {
+        FUZZ_CHECK(strings == CORRAL_INVALID_ARGUMENT, "string check status %d", (int)strings);
+        const size_t n = strlen(err.message);
+        FUZZ_CHECK(n > 0 && utf8_validate((const uint8_t *)err.message, n) == n,
+                   "the string check's message is empty or not UTF-8");
+        corral__v1__request__free_unpacked(req, NULL);
+        return 0; /* refused before anything reads the request, as the front end does */
+    }
+    check_strings_passed(req);
     switch (req->body_case) {
         case CORRAL__V1__REQUEST__BODY_PING:
             FUZZ_CHECK(req->ping != NULL, "ping body NULL");

@@ -1,0 +1,2 @@
+Z
+storiesrÃb
