@@ -151,17 +151,30 @@ static void expect_denied(corral_status st, const corral_error *err, const char 
     ck_assert_msg(strstr(err->message, words), "message '%s' lacks '%s'", err->message, words);
 }
 
-/* Wait up to timeout_ms for corrald's log to contain text (log lines of a refusal written by
- * another thread of corrald than the one that answered may land a moment later). */
-static void expect_log(const char *text, int timeout_ms) {
+/* How many times text occurs in s. */
+static int occurrences(const char *s, const char *text) {
+    int n = 0;
+    for (const char *p = strstr(s, text); p; p = strstr(p + 1, text)) n++;
+    return n;
+}
+
+/* Wait up to timeout_ms for corrald's log to contain text at least `times` times (log lines of a
+ * refusal written by another thread of corrald than the one that answered may land a moment
+ * later). */
+static void expect_log_times(const char *text, int times, int timeout_ms) {
     static char log[1 << 18];
     const long long until = now_ms() + timeout_ms;
     for (;;) {
         harness_read_log(&d, log, sizeof log);
-        if (strstr(log, text)) return;
-        ck_assert_msg(now_ms() < until, "the log lacks '%s':\n%s", text, log);
+        if (occurrences(log, text) >= times) return;
+        ck_assert_msg(now_ms() < until, "the log has '%s' fewer than %d times:\n%s", text, times,
+                      log);
         usleep(20000);
     }
+}
+
+static void expect_log(const char *text, int timeout_ms) {
+    expect_log_times(text, 1, timeout_ms);
 }
 
 static corral_status generate(corral_client *c, const corral_generate_params *p, corral_done *done,
@@ -304,8 +317,9 @@ START_TEST(test_admin_operations_need_admin) {
                  "apps[].admin",
                  ops[i].verb);
         expect_denied(ops[i].fn(c, "stories", 10000, &err), &err, words);
+        /* Each refusal is logged: one line more per operation. */
         snprintf(line, sizeof line, "msg=\"permission denied\" app=notes rule=admin model=stories");
-        expect_log(line, 5000);
+        expect_log_times(line, (int)i + 1, 5000);
     }
     corral_client_destroy(&c);
     /* An admin app may. */
