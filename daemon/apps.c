@@ -72,6 +72,7 @@ void apps_deny(job *j, const char *rule, const char *model, const char *fmt, ...
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
     apps_log_denial(j, rule, model);
+    j->error_rule = rule;
     job_emit_error(j, CORRAL_PERMISSION_DENIED, "%s", message);
 }
 

@@ -28,7 +28,8 @@
  * Slow clients. MHD closes a connection idle for http.idle_timeout_ms. On top of that a request
  * must arrive whole in time: a connection that has not delivered a request's headers within
  * http.idle_timeout_ms of connecting or of its previous request is shut down (a slow loris that
- * trickles header bytes), and a body still arriving after http.request_timeout_ms gets 408.
+ * trickles header bytes), and so is one whose body is still arriving http.request_timeout_ms
+ * after its headers (MHD gives no way to answer while it reads a body, so no status is sent).
  */
 #include "front_http.h"
 
@@ -280,13 +281,15 @@ static void finish_answer(hreq *r) {
         const bool ollama = r->route->ollama;
         if (!r->stream || !r->started) {
             hbuf_reset(&r->out);
-            r->status = http_status_for(j->error_code);
-            http_write_error(&r->out, ollama, j->error_code,
-                             j->error_code == CORRAL_NOT_FOUND ? "model" : NULL, j->error_message);
+            r->status = http_status_for_rule(j->error_code, j->error_rule);
+            http_write_rule_error(&r->out, ollama, j->error_code, j->error_rule,
+                                  j->error_code == CORRAL_NOT_FOUND ? "model" : NULL,
+                                  j->error_message);
         } else {
             /* The stream began with 200: the error is its last event. */
             if (!ollama) hbuf_puts(&r->out, "data: ");
-            http_write_error(&r->out, ollama, j->error_code, NULL, j->error_message);
+            http_write_rule_error(&r->out, ollama, j->error_code, j->error_rule, NULL,
+                                  j->error_message);
             hbuf_puts(&r->out, ollama ? "\n" : "\n\n");
         }
         log_debug("http request failed", LOG_STR("request_id", r->request_id),

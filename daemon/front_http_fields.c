@@ -227,19 +227,37 @@ static const struct {
     {CORRAL_OUT_OF_MEMORY, 503, "server_error", "out_of_memory"},
 };
 
-unsigned http_status_for(corral_status code) {
+/* A refusal by an app's rate or concurrency rule: over HTTP a 429, which clients retry after a
+ * while (OpenAI's SDKs do so by themselves), where the other rules' 403 tells them not to. */
+static bool is_rate_rule(corral_status code, const char *rule) {
+    return code == CORRAL_PERMISSION_DENIED && rule &&
+           (strcmp(rule, "requests_per_minute") == 0 || strcmp(rule, "max_concurrent") == 0);
+}
+
+unsigned http_status_for_rule(corral_status code, const char *rule) {
+    if (is_rate_rule(code, rule)) return 429;
     for (size_t i = 0; i < sizeof status_table / sizeof status_table[0]; i++)
         if (status_table[i].code == code) return status_table[i].http;
     return 500;
 }
 
-const char *http_error_type(corral_status code) {
+unsigned http_status_for(corral_status code) {
+    return http_status_for_rule(code, NULL);
+}
+
+static const char *error_type(corral_status code, const char *rule) {
+    if (is_rate_rule(code, rule)) return "rate_limit_error";
     for (size_t i = 0; i < sizeof status_table / sizeof status_table[0]; i++)
         if (status_table[i].code == code) return status_table[i].type;
     return "server_error";
 }
 
-static const char *error_code_name(corral_status code) {
+const char *http_error_type(corral_status code) {
+    return error_type(code, NULL);
+}
+
+static const char *error_code_name(corral_status code, const char *rule) {
+    if (is_rate_rule(code, rule)) return "rate_limit_exceeded";
     for (size_t i = 0; i < sizeof status_table / sizeof status_table[0]; i++)
         if (status_table[i].code == code) return status_table[i].name;
     return "internal_error";
@@ -247,6 +265,11 @@ static const char *error_code_name(corral_status code) {
 
 void http_write_error(hbuf *b, bool ollama, corral_status code, const char *param,
                       const char *message) {
+    http_write_rule_error(b, ollama, code, NULL, param, message);
+}
+
+void http_write_rule_error(hbuf *b, bool ollama, corral_status code, const char *rule,
+                           const char *param, const char *message) {
     hbuf_puts(b, "{\"error\":");
     if (ollama) {
         hbuf_puts(b, "\"");
@@ -256,7 +279,7 @@ void http_write_error(hbuf *b, bool ollama, corral_status code, const char *para
     }
     hbuf_puts(b, "{\"message\":\"");
     hbuf_json_escape(b, message, strlen(message));
-    hbuf_printf(b, "\",\"type\":\"%s\",\"param\":", http_error_type(code));
+    hbuf_printf(b, "\",\"type\":\"%s\",\"param\":", error_type(code, rule));
     if (param && param[0]) {
         hbuf_puts(b, "\"");
         hbuf_json_escape(b, param, strlen(param));
@@ -264,7 +287,7 @@ void http_write_error(hbuf *b, bool ollama, corral_status code, const char *para
     } else {
         hbuf_puts(b, "null");
     }
-    hbuf_printf(b, ",\"code\":\"%s\"}}", error_code_name(code));
+    hbuf_printf(b, ",\"code\":\"%s\"}}", error_code_name(code, rule));
 }
 
 /* ---- body fields ----------------------------------------------------------------------------- */

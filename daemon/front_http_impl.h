@@ -161,10 +161,17 @@ extern const http_route http_ollama_routes[];
 unsigned http_status_for(corral_status code);
 const char *http_error_type(corral_status code);
 
+/* The same for an answer the core gave with the app rule that refused it (job.error_rule; NULL
+ * for none): a refusal by the rate or concurrency rule (requests_per_minute, max_concurrent) is
+ * 429 rate_limit_error / rate_limit_exceeded, the others as their status says (403). */
+unsigned http_status_for_rule(corral_status code, const char *rule);
+
 /* Write an error body: OpenAI's {"error": {message, type, param, code}} or Ollama's
- * {"error": "..."}. */
+ * {"error": "..."}; the _rule form for an answer of the core (see http_status_for_rule). */
 void http_write_error(hbuf *b, bool ollama, corral_status code, const char *param,
                       const char *message);
+void http_write_rule_error(hbuf *b, bool ollama, corral_status code, const char *rule,
+                           const char *param, const char *message);
 
 /* Streamed text through the UTF-8 carry of r: the complete characters of carry+text escaped into
  * r->out; a sequence cut at the end is kept for the next piece (flush = true writes it as U+FFFD).

@@ -135,6 +135,8 @@ struct job {
     corral_status error_code;                     /* JOB_FINAL_ERROR */
     char error_message[CORRAL_ERROR_MESSAGE_MAX]; /* JOB_FINAL_ERROR */
     core_reply *reply;                            /* JOB_FINAL_REPLY */
+    /* JOB_FINAL_ERROR by an app rule: the rule's name (a string literal), else NULL. */
+    const char *error_rule;
 
     /* The core's own state for the job; the front end never looks at it. */
     void *core;

@@ -412,7 +412,8 @@ typedef struct app_rules {
     uint32_t max_concurrent, per_minute, max_tokens; /* 0: no limit */
 } app_rules;
 app_rules apps_rules(const struct core *k, const job *j);
-/* Refuse j with PERMISSION_DENIED (message from fmt) and log the rule, the app and the model. */
+/* Refuse j with PERMISSION_DENIED (message from fmt) and log the rule, the app and the model;
+ * rule (a string literal) is kept in j->error_rule for the front ends. */
 void apps_deny(job *j, const char *rule, const char *model, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* The log line of a refusal, for a refusal answered otherwise than by apps_deny. */

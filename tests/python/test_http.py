@@ -1,7 +1,8 @@
-"""corrald's HTTP front end at the wire level: headers, SSE and NDJSON framing, the limits (body
-size, slow clients, bad JSON, invalid UTF-8), bearer keys and app rules, CORS, a client that
-disconnects mid-stream, configuration checks, and greedy output through HTTP equal to
-`corral run` on the same prompt.
+"""corrald's HTTP front end at the wire level: headers, SSE and NDJSON framing, stop strings, the
+limits (body size, slow clients, bad JSON, invalid UTF-8), bearer keys and the app rules they bring
+(models, priority ceiling, admin, rate), CORS, a client that disconnects mid-stream or before a
+whole answer, structured output validated with jsonschema, configuration checks, and greedy output
+through HTTP equal to `corral run` on the same prompt.
 
 The official clients' tests are in tests/http/ (node); these use raw sockets and http.client so
 that every byte the server sends can be checked.
@@ -115,6 +116,65 @@ def test_sampling_fields_reach_the_sampler(api, fields):
                            **({"seed": 8} if "seed" in fields else {}))
     assert over_http(fields) == over_zmq
     assert over_zmq != plain
+
+
+def chat_body(**fields) -> dict:
+    """A greedy chat request for stories saying PROMPT."""
+    return {"model": "stories", "messages": [{"role": "user", "content": PROMPT}],
+            "temperature": 0, **fields}
+
+
+def sse_events(raw: str) -> list[dict]:
+    """The JSON events of a whole SSE answer (its `data: [DONE]` checked and left out)."""
+    assert raw.endswith("data: [DONE]\n\n"), raw[-200:]
+    return [json.loads(e[len("data: "):]) for e in raw.split("\n\n")[:-2]]
+
+
+def test_chat_stop_ends_the_content_before_the_stop_string(api):
+    """`stop` on /v1/chat/completions: the greedy text T without it goes on past the stop string;
+    with it the content is T up to (not including) the string's first occurrence, the generation
+    ended there (fewer tokens), and finish_reason is "stop". In an array, the string that occurs
+    first ends it."""
+    _, port = api
+    resp, payload = request(port, "POST", "/v1/chat/completions", chat_body(max_tokens=64))
+    assert resp.status == 200, payload
+    whole = json.loads(payload)
+    text = whole["choices"][0]["message"]["content"]
+    assert whole["choices"][0]["finish_reason"] == "length"
+    assert whole["usage"]["completion_tokens"] == 64
+    for stop, first in [("park", "park"), (["park", "Lily"], "Lily"), ("\n", "\n")]:
+        assert first in text and text.index(first) > 0, (first, text)
+        resp, payload = request(port, "POST", "/v1/chat/completions",
+                                chat_body(max_tokens=64, stop=stop))
+        assert resp.status == 200, payload
+        doc = json.loads(payload)
+        choice = doc["choices"][0]
+        assert choice["message"]["content"] == text[: text.index(first)], stop
+        assert choice["finish_reason"] == "stop", stop
+        assert doc["usage"]["completion_tokens"] < 64, stop
+
+
+def test_chat_stop_in_a_stream(api):
+    """The same through SSE: the deltas join to T cut before the stop string (text held back
+    while it might begin the stop string is neither lost nor leaked), and the one final chunk
+    says "stop"."""
+    _, port = api
+    text = json.loads(request(port, "POST", "/v1/chat/completions",
+                              chat_body(max_tokens=64))[1])["choices"][0]["message"]["content"]
+    stop = " park"
+    assert stop in text, text
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/chat/completions",
+                 body=json.dumps(chat_body(max_tokens=64, stop=stop, stream=True)))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    docs = sse_events(resp.read().decode())
+    conn.close()
+    streamed = "".join(d["choices"][0]["delta"].get("content", "") for d in docs if d["choices"])
+    assert streamed == text[: text.index(stop)]
+    finals = [d["choices"][0]["finish_reason"] for d in docs
+              if d["choices"] and d["choices"][0]["finish_reason"]]
+    assert finals == ["stop"]
 
 
 def test_headers_and_request_id(api):
@@ -249,12 +309,13 @@ def test_slow_loris_headers_are_cut_off(api):
 
 def test_slow_body_is_cut_off(api):
     """A body still arriving http.request_timeout_ms (1.5 s here) after its headers: the
-    connection is closed, although the client keeps sending a byte every 100 ms."""
-    _, port = api
+    connection is closed, although the client keeps sending a byte every 100 ms. (The announced
+    length is within http.max_body_bytes: a larger one would be a 413 at once.)"""
+    daemon, port = api
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     body = json.dumps({"model": "stories", "prompt": PROMPT}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: 100000\r\n\r\n" + body[:5])
+              b"Content-Length: 2000\r\n\r\n" + body[:5])
     closed = False
     deadline = time.monotonic() + 25
     while time.monotonic() < deadline and not closed:
@@ -268,6 +329,7 @@ def test_slow_body_is_cut_off(api):
             closed = True
     s.close()
     assert closed, "the server kept a connection whose body never finished"
+    assert 'msg="http client too slow to send its body: disconnected"' in daemon.log()
 
 
 def test_client_disconnect_mid_stream_cancels_the_generation(api):
@@ -298,6 +360,60 @@ def test_client_disconnect_mid_stream_cancels_the_generation(api):
         time.sleep(0.05)
     assert lines, daemon.log()
     assert "stop=cancelled" in lines[0]
+
+
+@pytest.fixture(scope="module")
+def slow_model(tmp_path_factory):
+    """A synthetic llama (random weights, 70 M parameters, context 2048) that takes milliseconds
+    a token where stories takes a fraction of one: 2,000 tokens of it take seconds, not the second
+    stories needs. The file (about 75 MB) is removed after the module."""
+    path = tmp_path_factory.mktemp("http-slow") / "slow.gguf"
+    subprocess.run(
+        [os.environ["CORRAL"], "synth", "--arch", "llama", "--n-embd", "1024", "--n-layer", "6",
+         "--n-head", "8", "--n-head-kv", "4", "--n-ff", "2816", "--n-vocab", "512", "--n-ctx",
+         "2048", "--type", "q8_0", "--seed", "3", "-o", str(path)],
+        check=True, capture_output=True, timeout=300,
+    )
+    yield path
+    path.unlink()
+
+
+def test_client_disconnect_before_a_whole_answer_cancels_it(start_corrald, slow_model):
+    """A non-streamed request: the client sends it, waits until the core computes it, and closes
+    the connection. The daemon notices (it watches the sockets of requests waiting for the core),
+    cancels the generation mid-way and logs it."""
+    from corral import Client
+
+    port = free_port()
+    daemon = start_corrald(
+        http_config(port, tail=f"  - name: slow\n    path: {slow_model}\n    context: 2048\n"))
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    # The constraint allows no end of generation before 2,000 tokens.
+    body = json.dumps({"model": "slow", "prompt": PROMPT, "max_tokens": 2000, "temperature": 0,
+                       "corral": {"regex": "(?:[ -~]{1000}){4}"}}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: gone-2\r\n"
+              b"Content-Type: application/json\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    with Client(daemon.endpoint, timeout=30) as c:
+        deadline = time.monotonic() + 25
+        while c.status("slow").model("slow").active == 0:
+            assert time.monotonic() < deadline, daemon.log()
+            time.sleep(0.01)
+    s.close()
+
+    def line(*parts: str) -> str | None:
+        return next((l for l in daemon.log().splitlines() if all(p in l for p in parts)), None)
+
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline and not line("ended after its client left", "gone-2"):
+        time.sleep(0.05)
+    assert line('msg="http client disconnected: cancelling"', "request_id=gone-2"), daemon.log()
+    cancelled = line('msg="request cancelled"', "model=slow")
+    assert cancelled and "why=gone" in cancelled and "when=running" in cancelled, daemon.log()
+    ended = line("ended after its client left", "request_id=gone-2")
+    assert ended and "stop=cancelled" in ended, daemon.log()
+    generated = int(ended.split("generated_tokens=")[1].split()[0])
+    assert generated < 2000, ended
 
 
 def test_stop_with_http_requests_in_flight():
@@ -412,6 +528,169 @@ def test_bearer_keys_map_to_apps(start_corrald, tmp_path):
                             {"Authorization": f"Bearer {key}"})
     assert resp.status == 403
     assert "session 'tale' belongs to another app" in error_of(payload)["message"]
+
+
+@pytest.fixture
+def apps_api(start_corrald, tmp_path):
+    """A corrald whose HTTP keys map to apps with rules beyond `models`: capped (max_priority
+    interactive), plain (no admin), ops (admin, max_priority realtime), ratey (2 requests a
+    minute). Yields (daemon, port, {app: headers with its key})."""
+    headers, entries = {}, []
+    for app in ("capped", "plain", "ops", "ratey"):
+        key = f"key-of-the-{app}-app-0123456789"
+        (tmp_path / f"{app}.key").write_text(key + "\n")
+        entries.append(f"{{key_file: {tmp_path / (app + '.key')}, app: {app}}}")
+        headers[app] = {"Authorization": f"Bearer {key}"}
+    port = free_port()
+    daemon = start_corrald(http_config(
+        port, f"  keys: [{', '.join(entries)}]\n",
+        "apps:\n"
+        "  - name: capped\n    max_priority: interactive\n"
+        "  - name: plain\n"
+        "  - name: ops\n    admin: true\n    max_priority: realtime\n"
+        "  - name: ratey\n    requests_per_minute: 2\n"))
+    return daemon, port, headers
+
+
+def wait_for_log(daemon, text: str, count: int = 1) -> None:
+    """Wait (up to 25 s) until the daemon's log holds `text` at least `count` times."""
+    deadline = time.monotonic() + 25
+    while daemon.log().count(text) < count:
+        assert time.monotonic() < deadline, f"no {count} x {text!r} in:\n{daemon.log()}"
+        time.sleep(0.02)
+
+
+def test_priority_above_the_apps_ceiling_is_403(apps_api):
+    """corral.priority above the key's app's max_priority is refused with an OpenAI error naming
+    the ceiling (and logged with the rule); within it, or for an app whose ceiling is realtime,
+    the same request is served."""
+    daemon, port, key = apps_api
+    body = chat_body(max_tokens=2, corral={"priority": "realtime"})
+    resp, payload = request(port, "POST", "/v1/chat/completions", body, key["capped"])
+    assert resp.status == 403, payload
+    err = error_of(payload)
+    assert err["type"] == "permission_error" and err["code"] == "permission_denied"
+    assert err["message"] == ("app 'capped' may not ask for priority realtime: its ceiling is "
+                              "interactive (apps[].max_priority)")
+    wait_for_log(daemon, 'msg="permission denied" app=capped rule=max_priority model=stories')
+    resp, payload = request(port, "POST", "/v1/chat/completions",
+                            chat_body(max_tokens=2, corral={"priority": "interactive"}),
+                            key["capped"])
+    assert resp.status == 200, payload
+    resp, payload = request(port, "POST", "/v1/chat/completions", body, key["ops"])
+    assert resp.status == 200, payload
+
+
+def test_ollama_load_and_unload_need_admin(apps_api):
+    """Ollama's /api/generate without a prompt loads the model (keep_alive -1: and pins it) or,
+    with keep_alive 0, unloads it: admin operations, refused (403, Ollama's error shape, logged
+    with the rule) to an app without `admin`, done for one with it."""
+    from corral import Client
+
+    daemon, port, key = apps_api
+    denied = 'msg="permission denied" app=plain rule=admin model=stories'
+    for keep_alive, verb in [(-1, "load"), ("-1m", "load"), (0, "unload")]:
+        resp, payload = request(port, "POST", "/api/generate",
+                                {"model": "stories", "keep_alive": keep_alive}, key["plain"])
+        assert resp.status == 403, (keep_alive, payload)
+        assert json.loads(payload) == {
+            "error": f"app 'plain' may not {verb} models: admin operations need apps[].admin"}
+    # One log line for each refusal.
+    wait_for_log(daemon, denied, 3)
+    with Client(daemon.endpoint, timeout=30) as c:
+        assert c.status("stories").model("stories").state.value == "unloaded"
+        resp, payload = request(port, "POST", "/api/generate",
+                                {"model": "stories", "keep_alive": -1}, key["ops"])
+        assert resp.status == 200, payload
+        assert json.loads(payload)["done_reason"] == "load"
+        m = c.status("stories").model("stories")
+        assert m.state.value == "resident" and m.pinned
+        resp, payload = request(port, "POST", "/api/generate",
+                                {"model": "stories", "keep_alive": 0}, key["ops"])
+        assert resp.status == 200, payload
+        assert c.status("stories").model("stories").state.value == "unloaded"
+    assert daemon.log().count(denied) == 3
+
+
+@pytest.mark.parametrize("path", ["/api/generate", "/api/chat"])
+def test_ollama_keep_alive_beyond_an_apps_rights_is_left_unapplied(apps_api, path):
+    """Ollama clients send keep_alive with their requests: for an app without `admin`, an answer
+    with a prompt is served (not refused for it), the pin it asks for is not made, and the log
+    says so with the rule."""
+    from corral import Client
+
+    daemon, port, key = apps_api
+    body = {"model": "stories", "stream": False, "keep_alive": -1, "options": {"num_predict": 2}}
+    body.update({"prompt": PROMPT} if path == "/api/generate"
+                else {"messages": [{"role": "user", "content": PROMPT}]})
+    resp, payload = request(port, "POST", path, body, key["plain"])
+    assert resp.status == 200, payload
+    wait_for_log(daemon, 'msg="keep_alive not applied"')
+    wait_for_log(daemon, 'msg="permission denied" app=plain rule=admin model=stories')
+    with Client(daemon.endpoint, timeout=30) as c:
+        assert not c.status("stories").model("stories").pinned
+
+
+def test_requests_per_minute_refuses_the_third(apps_api):
+    """An app allowed 2 requests a minute has its third, sent right behind, refused with an
+    OpenAI error naming the rate: 429 rate_limit_error (which clients retry after a while, where
+    the other rules' 403 tells them not to), logged with the rule; another app is not held to that
+    rate."""
+    daemon, port, key = apps_api
+    body = {"model": "stories", "prompt": PROMPT, "max_tokens": 2}
+    for _ in range(2):
+        resp, payload = request(port, "POST", "/v1/completions", body, key["ratey"])
+        assert resp.status == 200, payload
+    resp, payload = request(port, "POST", "/v1/completions", body, key["ratey"])
+    assert resp.status == 429, payload
+    err = error_of(payload)
+    assert err["type"] == "rate_limit_error" and err["code"] == "rate_limit_exceeded"
+    assert err["message"] == ("app 'ratey' is over its rate of 2 requests per minute "
+                              "(apps[].requests_per_minute)")
+    wait_for_log(daemon, 'msg="permission denied" app=ratey rule=requests_per_minute')
+    resp, payload = request(port, "POST", "/v1/completions", body, key["plain"])
+    assert resp.status == 200, payload
+
+
+def json_schema_format(name: str) -> tuple[dict, dict]:
+    """tests/schemas/NAME.json, and the response_format that asks for it."""
+    from test_json_schema import SCHEMA_DIR, load
+
+    schema = load(os.path.join(SCHEMA_DIR, f"{name}.json"))
+    return schema, {"type": "json_schema", "json_schema": {"name": name, "schema": schema,
+                                                          "strict": True}}
+
+
+@pytest.mark.parametrize("name", ["event", "weather"])
+def test_chat_json_schema_output_validates(api, name):
+    """response_format json_schema on /v1/chat/completions: the content of an answer that ended
+    by itself ("stop") parses and validates with jsonschema (formats included: event has uuid
+    and date-time, weather an enum, a date and an array of objects)."""
+    from test_json_schema import validator
+
+    _, port = api
+    schema, response_format = json_schema_format(name)
+    resp, payload = request(port, "POST", "/v1/chat/completions",
+                            chat_body(max_tokens=1000, response_format=response_format))
+    assert resp.status == 200, payload
+    choice = json.loads(payload)["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    validator(schema).validate(json.loads(choice["message"]["content"]))
+
+
+def test_chat_json_schema_cut_by_max_tokens_says_length(api):
+    """An answer under a schema that max_tokens cuts short says finish_reason "length" after
+    exactly max_tokens tokens; its content is the start of a document the schema allows (an
+    object), not the story the model writes without it."""
+    _, port = api
+    _, response_format = json_schema_format("person")
+    resp, payload = request(port, "POST", "/v1/chat/completions",
+                            chat_body(max_tokens=6, response_format=response_format))
+    assert resp.status == 200, payload
+    doc = json.loads(payload)
+    assert doc["choices"][0]["finish_reason"] == "length"
+    assert doc["usage"]["completion_tokens"] == 6
+    assert doc["choices"][0]["message"]["content"].lstrip().startswith("{")
 
 
 def test_ipv6_loopback_address(start_corrald):

@@ -284,7 +284,17 @@ START_TEST(test_status_table_and_error_bodies) {
     ck_assert_uint_eq(http_status_for(CORRAL_SANITIZER_REJECTED), 400);
     ck_assert_uint_eq(http_status_for(CORRAL_INTERNAL), 500);
     ck_assert_str_eq(http_error_type(CORRAL_PERMISSION_DENIED), "permission_error");
+    /* An app's rate and concurrency rules are retryable: 429; its other rules stay 403. */
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_PERMISSION_DENIED, "requests_per_minute"), 429);
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_PERMISSION_DENIED, "max_concurrent"), 429);
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_PERMISSION_DENIED, "models"), 403);
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_PERMISSION_DENIED, NULL), 403);
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_NOT_FOUND, "max_concurrent"), 404);
     hbuf b = {0};
+    http_write_rule_error(&b, false, CORRAL_PERMISSION_DENIED, "requests_per_minute", NULL, "slow");
+    ck_assert_str_eq(b.data, "{\"error\":{\"message\":\"slow\",\"type\":\"rate_limit_error\","
+                             "\"param\":null,\"code\":\"rate_limit_exceeded\"}}");
+    hbuf_reset(&b);
     http_write_error(&b, false, CORRAL_NOT_FOUND, "model", "no \"x\"");
     ck_assert_str_eq(b.data, "{\"error\":{\"message\":\"no \\\"x\\\"\",\"type\":"
                              "\"invalid_request_error\",\"param\":\"model\",\"code\":"
