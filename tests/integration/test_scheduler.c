@@ -28,22 +28,21 @@ typedef struct raw {
     void *ctx, *sock;
 } raw;
 
-static void raw_open(raw *r, const char *endpoint) {
-    r->ctx = zmq_ctx_new();
-    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
-    int linger = 0;
-    zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
-    ck_assert_int_eq(zmq_connect(r->sock, endpoint), 0);
-}
-
-/* A raw client whose routing identity is its own choice (ZMQ_ROUTING_ID), as any client may. */
+/* A raw client; routing_id: an identity of its own choice (ZMQ_ROUTING_ID), as any client may
+ * choose, or NULL for the one the server assigns. */
 static void raw_open_as(raw *r, const char *endpoint, const char *routing_id) {
     r->ctx = zmq_ctx_new();
     r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
     int linger = 0;
     zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
-    ck_assert_int_eq(zmq_setsockopt(r->sock, ZMQ_ROUTING_ID, routing_id, strlen(routing_id)), 0);
+    if (routing_id)
+        ck_assert_int_eq(zmq_setsockopt(r->sock, ZMQ_ROUTING_ID, routing_id, strlen(routing_id)),
+                         0);
     ck_assert_int_eq(zmq_connect(r->sock, endpoint), 0);
+}
+
+static void raw_open(raw *r, const char *endpoint) {
+    raw_open_as(r, endpoint, NULL);
 }
 
 static void raw_close(raw *r) {
@@ -242,6 +241,15 @@ static const char *tiny_long_model_path(void) {
  * end-of-generation token before: a stream under it runs until its context or max_tokens ends it
  * (or it is cancelled). */
 #define ENDLESS "(?:[ -~]{1000}){8}"
+
+/* A stream of the slow model under ENDLESS: thousands of steps unless something ends it. */
+#define ENDLESS_STREAM                   \
+    ((gen_opts){.model = "synth-long",   \
+                .max_tokens = 4000,      \
+                .stream = true,          \
+                .has_temperature = true, \
+                .temperature = 1.0f,     \
+                .constraint = ENDLESS})
 
 /* Start the test daemon with `limits` (YAML flow mapping) and extra model entries. */
 static void start_daemon_with(const char *limits, const char *extra) {
@@ -611,12 +619,7 @@ START_TEST(test_a_routing_identity_taken_over_gets_none_of_the_closed_clients_ou
     ck_assert_int_eq(harness_stop(&d, SIGTERM, 10000), 0);
     start_daemon_with("{peer_timeout_ms: 60000, stall_timeout_ms: 60000, active_per_model: 1}",
                       NULL);
-    const gen_opts endless = {.model = "synth-long",
-                              .max_tokens = 4000,
-                              .stream = true,
-                              .has_temperature = true,
-                              .temperature = 1.0f,
-                              .constraint = ENDLESS};
+    const gen_opts endless = ENDLESS_STREAM;
     raw other; /* holds the slot; read as it goes, so that its stream never pauses */
     raw_open(&other, d.endpoint);
     send_generate(&other, 1, &endless);
@@ -719,12 +722,7 @@ START_TEST(test_silent_client_requests_are_cancelled) {
                       NULL);
     raw r;
     raw_open(&r, d.endpoint);
-    const gen_opts endless = {.model = "synth-long",
-                              .max_tokens = 4000,
-                              .stream = true,
-                              .has_temperature = true,
-                              .temperature = 1.0f,
-                              .constraint = ENDLESS};
+    const gen_opts endless = ENDLESS_STREAM;
     /* The first one is running before the client goes silent (it pings until then). */
     send_generate(&r, 1, &endless);
     Corral__V1__Response *resp = raw_recv_live(&r, 120000);
