@@ -93,6 +93,7 @@ corral_status batch_start(struct core *k, sjob *sj, bool *wait, corral_error *er
             case BUDGET_NEVER:
                 corral_error_prefix(err, "model '%s': a KV cache of %u positions", sm->name,
                                     positions);
+                sj->j->error_rule = JOB_RULE_MEMORY_LIMIT;
                 st = CORRAL_RESOURCE_EXHAUSTED;
                 break;
         }

@@ -281,9 +281,14 @@ static void finish_answer(hreq *r) {
         const bool ollama = r->route->ollama;
         if (!r->stream || !r->started) {
             hbuf_reset(&r->out);
+            const bool constraint =
+                j->error_rule && strcmp(j->error_rule, JOB_RULE_OUTPUT_CONSTRAINT) == 0;
             r->status = http_status_for_rule(j->error_code, j->error_rule);
             http_write_rule_error(&r->out, ollama, j->error_code, j->error_rule,
-                                  j->error_code == CORRAL_NOT_FOUND ? "model" : NULL,
+                                  j->error_code == CORRAL_NOT_FOUND ? "model"
+                                  : constraint
+                                      ? (r->schema_field ? r->schema_field : "corral.regex")
+                                      : NULL,
                                   j->error_message);
         } else {
             /* The stream began with 200: the error is its last event. */

@@ -208,59 +208,58 @@ bool http_fail(http_problem *p, unsigned status, const char *param, const char *
 }
 
 /* Core statuses as HTTP answers: status, OpenAI error type, code. */
-static const struct {
+typedef struct http_error_kind {
     corral_status code;
+    const char *rule; /* job.error_rule this row is for, or NULL: any other */
     unsigned http;
     const char *type;
     const char *name;
-} status_table[] = {
-    {CORRAL_INVALID_ARGUMENT, 400, "invalid_request_error", "invalid_value"},
-    {CORRAL_NOT_FOUND, 404, "invalid_request_error", "model_not_found"},
-    {CORRAL_UNSUPPORTED, 400, "invalid_request_error", "unsupported_parameter"},
-    {CORRAL_SANITIZER_REJECTED, 400, "invalid_request_error", "sanitizer_rejected"},
-    {CORRAL_PERMISSION_DENIED, 403, "permission_error", "permission_denied"},
-    {CORRAL_RESOURCE_EXHAUSTED, 429, "rate_limit_error", "resource_exhausted"},
-    {CORRAL_DEADLINE_EXCEEDED, 408, "timeout_error", "deadline_exceeded"},
-    {CORRAL_UNAVAILABLE, 503, "server_error", "unavailable"},
-    {CORRAL_FAILED_PRECONDITION, 409, "invalid_request_error", "failed_precondition"},
-    {CORRAL_CANCELLED, 499, "server_error", "cancelled"},
-    {CORRAL_OUT_OF_MEMORY, 503, "server_error", "out_of_memory"},
+} http_error_kind;
+
+static const http_error_kind error_kinds[] = {
+    /* The rate and concurrency rules: 429, which clients retry after a while (OpenAI's SDKs do so
+     * by themselves), where the other app rules' 403 tells them not to. */
+    {CORRAL_PERMISSION_DENIED, "requests_per_minute", 429, "rate_limit_error",
+     "rate_limit_exceeded"},
+    {CORRAL_PERMISSION_DENIED, "max_concurrent", 429, "rate_limit_error", "rate_limit_exceeded"},
+    /* Exhausted for good, not for now: a retry gets the same answer, so no 429. */
+    {CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_OUTPUT_CONSTRAINT, 400, "invalid_request_error",
+     "constraint_too_complex"},
+    {CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_MEMORY_LIMIT, 500, "server_error", "insufficient_memory"},
+
+    {CORRAL_INVALID_ARGUMENT, NULL, 400, "invalid_request_error", "invalid_value"},
+    {CORRAL_NOT_FOUND, NULL, 404, "invalid_request_error", "model_not_found"},
+    {CORRAL_UNSUPPORTED, NULL, 400, "invalid_request_error", "unsupported_parameter"},
+    {CORRAL_SANITIZER_REJECTED, NULL, 400, "invalid_request_error", "sanitizer_rejected"},
+    {CORRAL_PERMISSION_DENIED, NULL, 403, "permission_error", "permission_denied"},
+    {CORRAL_RESOURCE_EXHAUSTED, NULL, 429, "rate_limit_error", "resource_exhausted"},
+    {CORRAL_DEADLINE_EXCEEDED, NULL, 408, "timeout_error", "deadline_exceeded"},
+    {CORRAL_UNAVAILABLE, NULL, 503, "server_error", "unavailable"},
+    {CORRAL_FAILED_PRECONDITION, NULL, 409, "invalid_request_error", "failed_precondition"},
+    {CORRAL_CANCELLED, NULL, 499, "server_error", "cancelled"},
+    {CORRAL_OUT_OF_MEMORY, NULL, 503, "server_error", "out_of_memory"},
 };
 
-/* A refusal by an app's rate or concurrency rule: over HTTP a 429, which clients retry after a
- * while (OpenAI's SDKs do so by themselves), where the other rules' 403 tells them not to. */
-static bool is_rate_rule(corral_status code, const char *rule) {
-    return code == CORRAL_PERMISSION_DENIED && rule &&
-           (strcmp(rule, "requests_per_minute") == 0 || strcmp(rule, "max_concurrent") == 0);
+static const http_error_kind *error_kind(corral_status code, const char *rule) {
+    static const http_error_kind internal = {CORRAL_INTERNAL, NULL, 500, "server_error",
+                                             "internal_error"};
+    for (size_t i = 0; i < sizeof error_kinds / sizeof error_kinds[0]; i++) {
+        const http_error_kind *e = &error_kinds[i];
+        if (e->code == code && (!e->rule || (rule && strcmp(rule, e->rule) == 0))) return e;
+    }
+    return &internal;
 }
 
 unsigned http_status_for_rule(corral_status code, const char *rule) {
-    if (is_rate_rule(code, rule)) return 429;
-    for (size_t i = 0; i < sizeof status_table / sizeof status_table[0]; i++)
-        if (status_table[i].code == code) return status_table[i].http;
-    return 500;
+    return error_kind(code, rule)->http;
 }
 
 unsigned http_status_for(corral_status code) {
     return http_status_for_rule(code, NULL);
 }
 
-static const char *error_type(corral_status code, const char *rule) {
-    if (is_rate_rule(code, rule)) return "rate_limit_error";
-    for (size_t i = 0; i < sizeof status_table / sizeof status_table[0]; i++)
-        if (status_table[i].code == code) return status_table[i].type;
-    return "server_error";
-}
-
 const char *http_error_type(corral_status code) {
-    return error_type(code, NULL);
-}
-
-static const char *error_code_name(corral_status code, const char *rule) {
-    if (is_rate_rule(code, rule)) return "rate_limit_exceeded";
-    for (size_t i = 0; i < sizeof status_table / sizeof status_table[0]; i++)
-        if (status_table[i].code == code) return status_table[i].name;
-    return "internal_error";
+    return error_kind(code, NULL)->type;
 }
 
 void http_write_error(hbuf *b, bool ollama, corral_status code, const char *param,
@@ -279,7 +278,7 @@ void http_write_rule_error(hbuf *b, bool ollama, corral_status code, const char 
     }
     hbuf_puts(b, "{\"message\":\"");
     hbuf_json_escape(b, message, strlen(message));
-    hbuf_printf(b, "\",\"type\":\"%s\",\"param\":", error_type(code, rule));
+    hbuf_printf(b, "\",\"type\":\"%s\",\"param\":", error_kind(code, rule)->type);
     if (param && param[0]) {
         hbuf_puts(b, "\"");
         hbuf_json_escape(b, param, strlen(param));
@@ -287,7 +286,7 @@ void http_write_rule_error(hbuf *b, bool ollama, corral_status code, const char 
     } else {
         hbuf_puts(b, "null");
     }
-    hbuf_printf(b, ",\"code\":\"%s\"}}", error_code_name(code, rule));
+    hbuf_printf(b, ",\"code\":\"%s\"}}", error_kind(code, rule)->name);
 }
 
 /* ---- body fields ----------------------------------------------------------------------------- */
@@ -444,6 +443,7 @@ bool http_set_json_output(hreq *r, core_generate *g, json_t *schema, const char 
                           http_problem *p) {
     if (g->constraint && g->constraint[0])
         return http_fail(p, 400, field, "%s cannot be combined with corral.regex", field);
+    r->schema_field = field;
     if (!schema) {
         /* policies/json_schema.h: this exact schema means any JSON object. */
         static const char any_object[] = "{\"type\":\"json_object\"}";

@@ -70,8 +70,9 @@ typedef struct hreq {
     json_t *doc;            /* the parsed body: the job's strings point into it */
     core_message *messages; /* arrays of the core request */
     const char **stops;
-    char *text_arg;    /* a prompt the translation had to build (owned) */
-    char *schema_text; /* a structured-output schema serialized for the core (owned) */
+    char *text_arg;           /* a prompt the translation had to build (owned) */
+    char *schema_text;        /* a structured-output schema serialized for the core (owned) */
+    const char *schema_field; /* the field that asked for JSON output, or NULL */
     bool stream, include_usage, chat, ollama;
     bool logprobs;         /* OpenAI logprobs asked for */
     uint32_t top_logprobs; /* alternatives per token */
@@ -161,9 +162,12 @@ extern const http_route http_ollama_routes[];
 unsigned http_status_for(corral_status code);
 const char *http_error_type(corral_status code);
 
-/* The same for an answer the core gave with the app rule that refused it (job.error_rule; NULL
- * for none): a refusal by the rate or concurrency rule (requests_per_minute, max_concurrent) is
- * 429 rate_limit_error / rate_limit_exceeded, the others as their status says (403). */
+/* The same for an answer the core gave with the rule that refused it (job.error_rule; NULL for
+ * none): a refusal by the rate or concurrency rule (requests_per_minute, max_concurrent) is 429
+ * rate_limit_error / rate_limit_exceeded, the other app rules as their status says (403); a
+ * regex or schema over the compile limits is 400 constraint_too_complex and a model that can
+ * never fit in memory.limit 500 insufficient_memory, where a RESOURCE_EXHAUSTED that may pass
+ * (a full queue) is 429. */
 unsigned http_status_for_rule(corral_status code, const char *rule);
 
 /* Write an error body: OpenAI's {"error": {message, type, param, code}} or Ollama's

@@ -97,6 +97,13 @@ typedef enum job_final {
     JOB_FINAL_REPLY = 3, /* job->reply */
 } job_final;
 
+/* job.error_rule for corral's own limits, with CORRAL_RESOURCE_EXHAUSTED. Both are for good:
+ * asking again gets the same answer, unlike a full queue or memory in use (no rule). */
+/* The request's regex or JSON schema is over the compile limits (policies/src/regex.h). */
+#define JOB_RULE_OUTPUT_CONSTRAINT "output_constraint"
+/* The model, or the KV cache the request needs, can never fit in memory.limit. */
+#define JOB_RULE_MEMORY_LIMIT      "memory.limit"
+
 typedef struct core_sink core_sink;
 typedef struct job job;
 
@@ -135,7 +142,10 @@ struct job {
     corral_status error_code;                     /* JOB_FINAL_ERROR */
     char error_message[CORRAL_ERROR_MESSAGE_MAX]; /* JOB_FINAL_ERROR */
     core_reply *reply;                            /* JOB_FINAL_REPLY */
-    /* JOB_FINAL_ERROR by an app rule: the rule's name (a string literal), else NULL. */
+    /* JOB_FINAL_ERROR: the rule that refused the job (a string literal), else NULL: an app
+     * rule's name (apps[].max_priority, ...) or one of the JOB_RULE_ limits below. The status says
+     * what happened; the rule tells a front end that maps statuses (HTTP) whether asking again
+     * can help. */
     const char *error_rule;
 
     /* The core's own state for the job; the front end never looks at it. */

@@ -221,7 +221,7 @@ static corral_status tokenize_input(sjob *sj, int32_t **ids, size_t *n, corral_e
     return st;
 }
 
-static corral_status prepare_generate(sjob *sj, corral_error *err) {
+static corral_status prepare_generate(sjob *sj, const char **rule, corral_error *err) {
     sched_model *sm = sj->model;
     const core_generate *req = &sj->j->req.generate;
     corral_status st;
@@ -268,9 +268,10 @@ static corral_status prepare_generate(sjob *sj, corral_error *err) {
                                    schema ? CONSTRAINT_JSON_SCHEMA : CONSTRAINT_REGEX,
                                    schema ? g->json_schema : g->constraint,
                                    schema ? g->json_schema_len : g->constraint_len, err);
-        if (!sj->pg)
+        if (!sj->pg) {
             st = err->status;
-        else
+            if (st == CORRAL_RESOURCE_EXHAUSTED) *rule = JOB_RULE_OUTPUT_CONSTRAINT;
+        } else
             sj->params.processor = policy_gen_processor(sj->pg);
     }
     mem_scope_leave(scope);
@@ -322,7 +323,8 @@ typedef struct prepare_task {
     sjob *sj;
     corral_status status;
     corral_error err;
-    bool faulted; /* reading the model's mapped file failed: the model is broken */
+    const char *rule; /* job.error_rule of a failure, or NULL */
+    bool faulted;     /* reading the model's mapped file failed: the model is broken */
 } prepare_task;
 
 /* Tokenizing reads the vocabulary's strings, which are in the model's mapped file: a file
@@ -337,7 +339,7 @@ static void prepare_run(actor_task *base) {
         if (sj->j->req.kind == CORE_TOKENIZE)
             t->status = prepare_tokenize(sj, &sj->answer, &t->err);
         else
-            t->status = prepare_generate(sj, &t->err);
+            t->status = prepare_generate(sj, &t->rule, &t->err);
         fault_guard_leave(&g);
     } else {
         (void)mem_scope_default(); /* whatever scope the jump left behind */
@@ -354,6 +356,7 @@ static void prepare_finish(struct core *k, core_task *ct) {
     const corral_status st = t->t.base.ran ? t->status : CORRAL_UNAVAILABLE;
     if (t->faulted) residency_break(k, sj->model, t->err.message);
     if (st != CORRAL_OK) {
+        sj->j->error_rule = t->rule;
         sched_finish_error(k, sj, t->err.status, "%s", t->err.message);
     } else if (sj->j->req.kind == CORE_TOKENIZE) {
         core_reply *r = sj->answer;

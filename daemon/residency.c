@@ -967,7 +967,7 @@ residency_state residency_want(struct core *k, sched_model *sm, corral_error *er
             return RESIDENCY_NO_ROOM;
         case BUDGET_NEVER:
             corral_error_prefix(err, "model '%s' cannot be loaded", sm->name);
-            return RESIDENCY_FAILED;
+            return RESIDENCY_NEVER_FITS;
     }
     load_task *t = load_task_new(k, sm, from_swap);
     if (!t || load_begin(k, sm, t, err) != CORRAL_OK) {

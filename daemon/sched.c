@@ -529,6 +529,10 @@ static void advance_waiting(struct core *k) {
             case RESIDENCY_NO_ROOM:
                 wait_for_memory(k, sj, err.message);
                 break;
+            case RESIDENCY_NEVER_FITS:
+                sj->j->error_rule = JOB_RULE_MEMORY_LIMIT;
+                sched_finish_error(k, sj, err.status, "%s", err.message);
+                break;
             case RESIDENCY_FAILED:
                 sched_finish_error(k, sj, err.status, "%s", err.message);
                 break;

@@ -40,14 +40,14 @@
 #include "swap.h"
 
 /* Defaults the config does not set. */
-#define SCHED_DEFAULT_MAX_TOKENS  256
+#define SCHED_DEFAULT_MAX_TOKENS 256
 /* How often a request that waits for memory tries again. */
-#define SCHED_MEMORY_RETRY_US     50000
+#define SCHED_MEMORY_RETRY_US    50000
 /* The longest the compute thread sleeps with nothing to do: keep-alives and session expiry are
  * checked this often. */
-#define SCHED_TICK_US             200000
+#define SCHED_TICK_US            200000
 /* Realtime requests always start; this many may run beside a model's active_per_model others. */
-#define SCHED_MAX_REALTIME_EXTRA  8
+#define SCHED_MAX_REALTIME_EXTRA 8
 
 struct core;
 
@@ -123,13 +123,13 @@ typedef struct sched_model {
     uint64_t loads;          /* loads and swap-ins started */
     uint64_t steps;          /* batch steps run */
     uint64_t step_sequences; /* the sequences in them, summed */
-    mem_owner *owner;      /* its memory: a jemalloc arena and the weights' mapping */
-    int64_t load_us;       /* how long the last load took */
-    int64_t merge_us;      /* a variant's last merge: what losing its cached image would cost */
-    uint64_t merges;       /* merges done for it (a cached image spares them) */
-    char *weights_path;    /* the file mapped: cfg->path, or a variant's merged image */
-    policy_vocab *pv;      /* its vocabulary for sanitizers and constraints (cached DFAs) */
-    bool verified;         /* a variant's merged image was fully checked once */
+    mem_owner *owner;        /* its memory: a jemalloc arena and the weights' mapping */
+    int64_t load_us;         /* how long the last load took */
+    int64_t merge_us;        /* a variant's last merge: what losing its cached image would cost */
+    uint64_t merges;         /* merges done for it (a cached image spares them) */
+    char *weights_path;      /* the file mapped: cfg->path, or a variant's merged image */
+    policy_vocab *pv;        /* its vocabulary for sanitizers and constraints (cached DFAs) */
+    bool verified;           /* a variant's merged image was fully checked once */
     /* Its file failed under it (CORE_MODEL_BROKEN: residency_break): its parts go once no job
      * holds them; the next request loads it afresh. broken_reason says why (Status). */
     bool broken;
@@ -199,9 +199,9 @@ typedef struct sjob {
     int32_t *prompt; /* prompt ids (whole prompt, session prefix included) */
     uint32_t n_prompt;
     uint32_t dropped_messages; /* a chat's oldest messages left out to fit the context */
-    uint32_t n_prefilled; /* prompt ids run so far (counting the reused prefix) */
-    uint32_t n_cached;    /* ids taken from the session's KV cache */
-    int32_t *generated;   /* generated ids, for sessions */
+    uint32_t n_prefilled;      /* prompt ids run so far (counting the reused prefix) */
+    uint32_t n_cached;         /* ids taken from the session's KV cache */
+    int32_t *generated;        /* generated ids, for sessions */
     uint32_t n_generated, cap_generated;
     kv_cache *kv; /* the job's own cache, or its session's */
     generator *g;
@@ -209,9 +209,9 @@ typedef struct sjob {
     char *sanitizer_report; /* for Done; NULL when no profile ran */
     /* Timing. */
     int64_t started_us, load_us, prefill_us, decode_us;
-    uint64_t steps_at_receipt; /* core->steps when it was admitted */
-    uint32_t queue_steps;      /* steps begun between admission and its own first one */
-    bool stepped;              /* it was in a step */
+    uint64_t steps_at_receipt;    /* core->steps when it was admitted */
+    uint32_t queue_steps;         /* steps begun between admission and its own first one */
+    bool stepped;                 /* it was in a step */
     int64_t last_step_us;         /* fairness among a model's jobs */
     int64_t retry_at_us;          /* waiting for memory: not before this */
     int64_t memory_wait_until_us; /* waiting for memory: give up at this time */
@@ -253,7 +253,7 @@ struct core {
     threadpool *pool; /* compute threads shared by every model (one batch at a time) */
     swap_dir *swap;   /* where session caches go when memory is needed */
     struct dirlock *swap_lock, *cache_lock; /* this daemon's alone (dirlock.h) */
-    cfg_gen *config;  /* the current configuration */
+    cfg_gen *config;                        /* the current configuration */
     cfg_gen *configs; /* every generation still held (the current one among them) */
     const cfg *initial;
     sched_model *models;
@@ -290,11 +290,12 @@ sched_model *residency_find(struct core *k, const char *name);
 void residency_sync(struct core *k, const cfg *c);
 /* What residency_want found. */
 typedef enum residency_state {
-    RESIDENCY_READY = 0,   /* resident */
-    RESIDENCY_PENDING = 1, /* a load is in flight, or room is being made for one: wait */
-    RESIDENCY_NO_ROOM = 2, /* memory is held by requests in use: wait and try again (err says by
-                              whom) */
-    RESIDENCY_FAILED = 3,  /* err says why (more than memory.limit, a bad entry...) */
+    RESIDENCY_READY = 0,      /* resident */
+    RESIDENCY_PENDING = 1,    /* a load is in flight, or room is being made for one: wait */
+    RESIDENCY_NO_ROOM = 2,    /* memory is held by requests in use: wait and try again (err says by
+                                 whom) */
+    RESIDENCY_FAILED = 3,     /* err says why (a bad entry, an unreadable file...) */
+    RESIDENCY_NEVER_FITS = 4, /* more than memory.limit can ever hold: err says by how much */
 } residency_state;
 /* Ask for sm to become resident; starts its load (on the loader) when it is not. */
 residency_state residency_want(struct core *k, sched_model *sm, corral_error *err);

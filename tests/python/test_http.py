@@ -478,6 +478,68 @@ def test_deadline_is_408_and_full_queue_is_429(start_corrald):
         stalled.close()
 
 
+# A pattern whose repetitions multiply past the compile limits (issue 18's row 1).
+HOSTILE_REGEX = "((a|b){0,12}){0,1000}"
+
+
+def nested_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+def test_a_constraint_over_the_compile_limits_is_400_naming_its_field(api):
+    """Asking again gets the same answer: a 400 naming the field, not the 429 of a full queue
+    (which OpenAI's SDKs would retry)."""
+    _, port = api
+    resp, payload = request(port, "POST", "/v1/completions",
+                            {"model": "stories", "prompt": PROMPT, "max_tokens": 4,
+                             "corral": {"regex": HOSTILE_REGEX}})
+    assert resp.status == 400, payload
+    err = error_of(payload)
+    assert (err["type"], err["code"], err["param"]) == (
+        "invalid_request_error", "constraint_too_complex", "corral.regex"), err
+    assert "limit" in err["message"], err
+    deep = nested_schema(40)
+    resp, payload = request(port, "POST", "/v1/chat/completions",
+                            chat_body(response_format={"type": "json_schema", "json_schema":
+                                                       {"name": "deep", "schema": deep}}))
+    assert resp.status == 400, payload
+    err = error_of(payload)
+    assert (err["code"], err["param"]) == (
+        "constraint_too_complex", "response_format.json_schema.schema"), err
+    assert "JSON_SCHEMA_MAX_DEPTH" in err["message"], err
+    resp, payload = request(port, "POST", "/api/generate",
+                            {"model": "stories", "prompt": PROMPT, "stream": False,
+                             "format": deep})
+    assert resp.status == 400, payload
+    assert "JSON_SCHEMA_MAX_DEPTH" in json.loads(payload)["error"]
+
+
+def test_a_model_that_can_never_fit_is_500_not_429(start_corrald, tmp_path):
+    """More than memory.limit can ever hold is the server's configuration, not a passing rush."""
+    port = free_port()
+    start_corrald(
+        "http:\n"
+        f'  listen: ["127.0.0.1:{port}"]\n'
+        f"memory: {{limit: 16MiB, swap_dir: \"{tmp_path}/swap\"}}\n"
+        "models:\n"
+        f"  - {{name: small, path: {shared_path('models/stories260K.gguf')}, pin: true}}\n"
+        f"  - {{name: big, path: {shared_path('models/synth-llama-f32.gguf')}}}\n"
+    )
+    resp, payload = request(port, "POST", "/v1/completions",
+                            {"model": "big", "prompt": "x", "max_tokens": 2})
+    assert resp.status == 500, payload
+    err = error_of(payload)
+    assert (err["type"], err["code"]) == ("server_error", "insufficient_memory"), err
+    assert "can never fit" in err["message"], err
+    resp, payload = request(port, "POST", "/api/generate",
+                            {"model": "big", "prompt": "x", "stream": False})
+    assert resp.status == 500, payload
+    assert "can never fit" in json.loads(payload)["error"]
+
+
 def test_cors_preflight_and_origin(api):
     _, port = api
     resp, _ = request(port, "OPTIONS", "/v1/chat/completions",

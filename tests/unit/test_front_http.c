@@ -290,10 +290,21 @@ START_TEST(test_status_table_and_error_bodies) {
     ck_assert_uint_eq(http_status_for_rule(CORRAL_PERMISSION_DENIED, "models"), 403);
     ck_assert_uint_eq(http_status_for_rule(CORRAL_PERMISSION_DENIED, NULL), 403);
     ck_assert_uint_eq(http_status_for_rule(CORRAL_NOT_FOUND, "max_concurrent"), 404);
+    /* RESOURCE_EXHAUSTED for good (a constraint over the compile limits, a model that can never
+     * fit) is not the retryable 429 of a full queue. */
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_OUTPUT_CONSTRAINT),
+                      400);
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_MEMORY_LIMIT), 500);
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_RESOURCE_EXHAUSTED, NULL), 429);
     hbuf b = {0};
     http_write_rule_error(&b, false, CORRAL_PERMISSION_DENIED, "requests_per_minute", NULL, "slow");
     ck_assert_str_eq(b.data, "{\"error\":{\"message\":\"slow\",\"type\":\"rate_limit_error\","
                              "\"param\":null,\"code\":\"rate_limit_exceeded\"}}");
+    hbuf_reset(&b);
+    http_write_rule_error(&b, false, CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_OUTPUT_CONSTRAINT,
+                          "corral.regex", "big");
+    ck_assert_str_eq(b.data, "{\"error\":{\"message\":\"big\",\"type\":\"invalid_request_error\","
+                             "\"param\":\"corral.regex\",\"code\":\"constraint_too_complex\"}}");
     hbuf_reset(&b);
     http_write_error(&b, false, CORRAL_NOT_FOUND, "model", "no \"x\"");
     ck_assert_str_eq(b.data, "{\"error\":{\"message\":\"no \\\"x\\\"\",\"type\":"
