@@ -740,7 +740,7 @@ corral_status front_zmq_run(front_zmq *f, core *k, int signal_fd, const char *co
                     size_t n = 0;
                     for (zreq *q = f->inflight; q; q = q->next) n++;
                     log_info("stopping", LOG_STR("signal", strsignal((int)info.ssi_signo)),
-                             LOG_UINT("in_flight", n));
+                             LOG_UINT("zmq_requests", n));
                     f->stopping = true;
                     stop_deadline = mono_us() + SHUTDOWN_GRACE_MS * 1000;
                     core_shutdown(f->core);

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -437,6 +438,47 @@ def test_stop_with_http_requests_in_flight():
         assert daemon.process.poll() is None
     for s in sockets:
         s.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_shutdown_ends_a_running_request_with_503_or_an_error_event(slow_model, stream):
+    """SIGTERM while the core computes a request: a whole answer is a 503 naming the shutdown; a
+    stream that began with 200 ends with that error as its last event and the chunked terminator."""
+    from corral import Client
+
+    port = free_port()
+    with running_corrald(
+        http_config(port, tail=f"  - name: slow\n    path: {slow_model}\n    context: 2048\n")
+    ) as daemon:
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        body = json.dumps({"model": "slow", "prompt": PROMPT, "max_tokens": 2000,
+                           "temperature": 0, "stream": stream,
+                           "corral": {"regex": "(?:[ -~]{1000}){4}"}}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        with Client(daemon.endpoint, timeout=30) as c:
+            deadline = time.monotonic() + 25
+            while c.status("slow").model("slow").active == 0:
+                assert time.monotonic() < deadline, daemon.log()
+                time.sleep(0.01)
+        daemon.process.send_signal(signal.SIGTERM)
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+        s.close()
+        assert daemon.process.wait(timeout=30) == 0, daemon.log()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    if not stream:
+        assert head.startswith(b"HTTP/1.1 503"), raw[:300]
+        err = error_of(payload)
+    else:
+        assert head.startswith(b"HTTP/1.1 200") and b"chunked" in head, raw[:300]
+        assert payload.endswith(b"\r\n0\r\n\r\n"), raw[-300:]
+        events = [line[6:] for line in payload.split(b"\n") if line.startswith(b"data: ")]
+        assert len(events) >= 2 and b"[DONE]" not in events, raw[-300:]
+        err = json.loads(events[-1])["error"]
+    assert (err["type"], err["code"]) == ("server_error", "unavailable"), err
+    assert "shutting down" in err["message"], err
 
 
 def open_stalled_stream(port: int, max_tokens: int = 2000) -> socket.socket:
