@@ -274,6 +274,15 @@ static void submit_residency(front_http *f, hreq *r) {
     core_submit(f->core, j2);
 }
 
+/* The request field an error of the core is about (OpenAI's `param`), or NULL. */
+static const char *field_at_fault(const hreq *r, const job *j) {
+    const char *rule = j->error_rule ? j->error_rule : "";
+    if (strcmp(rule, JOB_RULE_OUTPUT_CONSTRAINT) == 0)
+        return r->schema_field ? r->schema_field : "corral.regex";
+    if (strcmp(rule, JOB_RULE_SANITIZER_PROFILE) == 0) return "corral.sanitizer";
+    return j->error_code == CORRAL_NOT_FOUND ? "model" : NULL;
+}
+
 /* The end of r's answer, once every job of it is over: the translation's, or an error. */
 static void finish_answer(hreq *r) {
     const job *j = r->j;
@@ -281,15 +290,9 @@ static void finish_answer(hreq *r) {
         const bool ollama = r->route->ollama;
         if (!r->stream || !r->started) {
             hbuf_reset(&r->out);
-            const bool constraint =
-                j->error_rule && strcmp(j->error_rule, JOB_RULE_OUTPUT_CONSTRAINT) == 0;
             r->status = http_status_for_rule(j->error_code, j->error_rule);
             http_write_rule_error(&r->out, ollama, j->error_code, j->error_rule,
-                                  j->error_code == CORRAL_NOT_FOUND ? "model"
-                                  : constraint
-                                      ? (r->schema_field ? r->schema_field : "corral.regex")
-                                      : NULL,
-                                  j->error_message);
+                                  field_at_fault(r, j), j->error_message);
         } else {
             /* The stream began with 200: the error is its last event. */
             if (!ollama) hbuf_puts(&r->out, "data: ");

@@ -226,6 +226,8 @@ static const http_error_kind error_kinds[] = {
     {CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_OUTPUT_CONSTRAINT, 400, "invalid_request_error",
      "constraint_too_complex"},
     {CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_MEMORY_LIMIT, 500, "server_error", "insufficient_memory"},
+    /* Not a model that is missing: a 404 model_not_found would send the user looking for one. */
+    {CORRAL_NOT_FOUND, JOB_RULE_SANITIZER_PROFILE, 400, "invalid_request_error", "invalid_value"},
 
     {CORRAL_INVALID_ARGUMENT, NULL, 400, "invalid_request_error", "invalid_value"},
     {CORRAL_NOT_FOUND, NULL, 404, "invalid_request_error", "model_not_found"},

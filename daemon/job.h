@@ -97,12 +97,16 @@ typedef enum job_final {
     JOB_FINAL_REPLY = 3, /* job->reply */
 } job_final;
 
-/* job.error_rule for corral's own limits, with CORRAL_RESOURCE_EXHAUSTED. Both are for good:
- * asking again gets the same answer, unlike a full queue or memory in use (no rule). */
-/* The request's regex or JSON schema is over the compile limits (policies/src/regex.h). */
+/* job.error_rule for corral's own checks. */
+/* With CORRAL_RESOURCE_EXHAUSTED, for good (asking again gets the same answer, unlike a full
+ * queue or memory in use, which have no rule): the request's regex or JSON schema is over the
+ * compile limits (policies/src/regex.h); the model, or the KV cache the request needs, can never
+ * fit in memory.limit. */
 #define JOB_RULE_OUTPUT_CONSTRAINT "output_constraint"
-/* The model, or the KV cache the request needs, can never fit in memory.limit. */
 #define JOB_RULE_MEMORY_LIMIT      "memory.limit"
+/* With CORRAL_NOT_FOUND: what is missing is the sanitizer profile the request names, not a
+ * model. */
+#define JOB_RULE_SANITIZER_PROFILE "sanitizer"
 
 typedef struct core_sink core_sink;
 typedef struct job job;
@@ -143,7 +147,7 @@ struct job {
     char error_message[CORRAL_ERROR_MESSAGE_MAX]; /* JOB_FINAL_ERROR */
     core_reply *reply;                            /* JOB_FINAL_REPLY */
     /* JOB_FINAL_ERROR: the rule that refused the job (a string literal), else NULL: an app
-     * rule's name (apps[].max_priority, ...) or one of the JOB_RULE_ limits below. The status says
+     * rule's name (apps[].max_priority, ...) or one of the JOB_RULE_ values above. The status says
      * what happened; the rule tells a front end that maps statuses (HTTP) whether asking again
      * can help. */
     const char *error_rule;

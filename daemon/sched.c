@@ -301,6 +301,7 @@ static void admit_generate(struct core *k, job *j) {
         }
     }
     if (g->sanitizer[0] && !cfg_gen_profile(k->config, g->sanitizer)) {
+        j->error_rule = JOB_RULE_SANITIZER_PROFILE;
         job_emit_error(j, CORRAL_NOT_FOUND, "sanitizer profile '%s' is not configured",
                        g->sanitizer);
         return;

@@ -1,8 +1,9 @@
 """corrald's HTTP front end at the wire level: headers, SSE and NDJSON framing, stop strings, the
 limits (body size, slow clients, bad JSON, invalid UTF-8), bearer keys and the app rules they bring
-(models, priority ceiling, admin, rate), CORS, a client that disconnects mid-stream or before a
-whole answer, structured output validated with jsonschema, configuration checks, and greedy output
-through HTTP equal to `corral run` on the same prompt.
+(models, priority ceiling, admin, rate), sanitizer profiles, errors that asking again cannot mend
+(400/500, not 429), CORS, a client that disconnects mid-stream or before a whole answer, shutdown
+with a request running, structured output validated with jsonschema, configuration checks, and
+greedy output through HTTP equal to `corral run` on the same prompt.
 
 The official clients' tests are in tests/http/ (node); these use raw sockets and http.client so
 that every byte the server sends can be checked.
@@ -580,6 +581,56 @@ def test_a_model_that_can_never_fit_is_500_not_429(start_corrald, tmp_path):
                             {"model": "big", "prompt": "x", "stream": False})
     assert resp.status == 500, payload
     assert "can never fit" in json.loads(payload)["error"]
+
+
+def test_sanitizer_profiles_apply_over_http(start_corrald):
+    """The model's profile, or the one corral.sanitizer names, runs on an HTTP request as on a
+    ZeroMQ one: a rejection is 400 sanitizer_rejected naming the step, a pass reports each step
+    in usage.corral.sanitizer_report, and an unknown profile is refused by name."""
+    port = free_port()
+    stories = shared_path("models/stories260K.gguf")
+    start_corrald(
+        "http:\n"
+        f'  listen: ["127.0.0.1:{port}"]\n'
+        "sanitizers:\n"
+        "  - name: strict\n"
+        "    steps:\n"
+        '      - deny: {secret: "/password/i"}\n'
+        "      - max_input: {bytes: 200}\n"
+        "models:\n"
+        f"  - {{name: guarded, path: {stories}, context: 512, sanitizer: strict}}\n"
+        f"  - {{name: plain, path: {stories}, context: 512}}\n"
+    )
+    secret = "Once my Password was"
+
+    def completion(model: str, prompt: str, **corral):
+        body = {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+        if corral:
+            body["corral"] = corral
+        return request(port, "POST", "/v1/completions", body)
+
+    for model, extras in [("guarded", {}), ("plain", {"sanitizer": "strict"})]:
+        resp, payload = completion(model, secret, **extras)
+        assert resp.status == 400, (model, payload)
+        err = error_of(payload)
+        assert (err["type"], err["code"]) == ("invalid_request_error", "sanitizer_rejected"), err
+        assert "deny" in err["message"] and "secret" in err["message"], err
+    resp, payload = completion("plain", secret)
+    assert resp.status == 200, payload
+    assert json.loads(payload)["usage"]["corral"]["sanitizer_report"] is None
+    resp, payload = completion("plain", PROMPT, sanitizer="strict")
+    assert resp.status == 200, payload
+    report = json.loads(payload)["usage"]["corral"]["sanitizer_report"]
+    assert report == "deny=passed max_input=passed", report
+    resp, payload = completion("plain", PROMPT, sanitizer="nosuch")
+    assert resp.status == 400, payload  # not 404 model_not_found: the model is there
+    err = error_of(payload)
+    assert (err["param"], err["code"]) == ("corral.sanitizer", "invalid_value"), err
+    assert "sanitizer profile 'nosuch' is not configured" in err["message"], err
+    resp, payload = request(port, "POST", "/api/generate",
+                            {"model": "guarded", "prompt": secret, "stream": False})
+    assert resp.status == 400, payload
+    assert "deny" in json.loads(payload)["error"]
 
 
 def test_cors_preflight_and_origin(api):

@@ -296,6 +296,8 @@ START_TEST(test_status_table_and_error_bodies) {
                       400);
     ck_assert_uint_eq(http_status_for_rule(CORRAL_RESOURCE_EXHAUSTED, JOB_RULE_MEMORY_LIMIT), 500);
     ck_assert_uint_eq(http_status_for_rule(CORRAL_RESOURCE_EXHAUSTED, NULL), 429);
+    /* A sanitizer profile that is not configured is a bad field, not a missing model. */
+    ck_assert_uint_eq(http_status_for_rule(CORRAL_NOT_FOUND, JOB_RULE_SANITIZER_PROFILE), 400);
     hbuf b = {0};
     http_write_rule_error(&b, false, CORRAL_PERMISSION_DENIED, "requests_per_minute", NULL, "slow");
     ck_assert_str_eq(b.data, "{\"error\":{\"message\":\"slow\",\"type\":\"rate_limit_error\","
