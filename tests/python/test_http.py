@@ -685,6 +685,51 @@ def test_bearer_keys_map_to_apps(start_corrald, tmp_path):
     assert "session 'tale' belongs to another app" in error_of(payload)["message"]
 
 
+def non_loopback_ipv4() -> str | None:
+    """An IPv4 address of this machine other than loopback, or None when it has none."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            address = fields[fields.index("inet") + 1].split("/")[0]
+            if not address.startswith("127."):
+                return address
+    return None
+
+
+def test_a_client_beyond_loopback_needs_a_key(start_corrald, tmp_path):
+    """Served on an address beyond loopback (allowed only with keys), a request without a key is
+    401 even for the default app that loopback clients get; with its key it runs."""
+    address = non_loopback_ipv4()
+    if address is None:
+        pytest.skip("this machine has no IPv4 address beyond loopback")
+    key = "k3y-for-the-remote-app-0123456789"
+    (tmp_path / "remote.key").write_text(key + "\n")
+    port = free_port()
+    start_corrald(
+        f'http:\n  listen: ["{address}:{port}"]\n'
+        f"  keys: [{{key_file: {tmp_path / 'remote.key'}, app: remote}}]\n"
+        + stories_config() + "apps:\n  - name: remote\n    models: [stories]\n")
+    body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": 2})
+
+    def post(headers: dict) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection(address, port, timeout=30)
+        conn.request("POST", "/v1/completions", body=body,
+                     headers={"Content-Type": "application/json", **headers})
+        r = conn.getresponse()
+        payload = r.read()
+        conn.close()
+        return r.status, payload
+
+    status, payload = post({})
+    assert status == 401, payload
+    assert "an API key is required from beyond this machine" in error_of(payload)["message"]
+    status, payload = post({"Authorization": "Bearer not-the-key-at-all-000000"})
+    assert status == 401, payload
+    status, payload = post({"Authorization": f"Bearer {key}"})
+    assert status == 200, payload
+
+
 @pytest.fixture
 def apps_api(start_corrald, tmp_path):
     """A corrald whose HTTP keys map to apps with rules beyond `models`: capped (max_priority
