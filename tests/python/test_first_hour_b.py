@@ -604,6 +604,44 @@ def test_add_and_rm_keep_the_file_and_reload_the_daemon(start_corrald, tmp_path:
         assert {m.name for m in c.list_models()} == {"stories", "synth"}
 
 
+def test_add_with_an_adapter_serves_the_variant_a_hand_written_entry_serves(
+    start_corrald, tmp_path: Path
+):
+    """`corral add --adapter FILE:SCALE` writes an entry whose model is the merged variant: the
+    same greedy ids as an entry written by hand with that adapter and scale, not the base's."""
+    lora = shared_path("lora/stories260K-lora-r8.gguf")
+    d = start_corrald(
+        f"cache: {{dir: {tmp_path}/cache}}\n"
+        "models:\n"
+        f"  - {{name: base, path: {STORIES}, context: 256}}\n"
+        f"  - {{name: by-hand, path: {STORIES}, context: 256, "
+        f"adapters: [{{path: {lora}, scale: 0.5}}]}}\n"
+    )
+    r = cli("add", "tale", STORIES, "--context", "256", "--adapter", f"{lora}:0.5",
+            endpoint=d.endpoint)
+    assert r.returncode == 0, r.stderr
+    assert b"reloaded" in r.stderr, r.stderr
+    text = Path(d.config_path).read_text()
+    assert text.endswith('  - name: "tale"\n'
+                         f'    path: "{STORIES}"\n'
+                         "    context: 256\n"
+                         "    adapters:\n"
+                         f'      - {{ path: "{lora}", scale: 0.5 }}\n'), text
+
+    def greedy(c: Client, model: str) -> list[int]:
+        s = c.generate(model, "Once upon a time", temperature=0.0, max_tokens=32, stream=True)
+        return [t for k in s for t in k.token_ids]
+
+    with Client(d.endpoint, timeout=60) as c:
+        tale, by_hand, base = greedy(c, "tale"), greedy(c, "by-hand"), greedy(c, "base")
+        assert tale == by_hand and len(tale) == 32
+        assert tale != base  # the adapter is merged, not dropped
+        st = {m.name: m for m in c.status().models}
+        assert [(a.path, a.scale) for a in st["tale"].adapters] == [(lora, 0.5)]
+    r = cli("show", "tale", endpoint=d.endpoint)
+    assert r.returncode == 0 and f"adapter:    {lora} (scale 0.5)" in r.stdout.decode(), r.stdout
+
+
 def test_add_writes_a_new_config_and_show_describes_a_model(start_corrald, tmp_path: Path):
     config = tmp_path / "new" / "corral.yaml"
     r = cli("add", "stories", STORIES, "--config", str(config), "--no-reload")
