@@ -249,6 +249,7 @@ END_TEST
 /* How to derive a file from a shared model. */
 typedef struct variant {
     const char *drop_tensor;
+    const char *drop_key;
     const char *set_key; /* a u32 key set to set_value */
     uint32_t set_value;
     const char *set_f32_key; /* an f32 key set to set_f32_value */
@@ -300,17 +301,23 @@ static const float *pad_norm(padded *p, const gguf_tensor *t, float scale, int64
     return out;
 }
 
+/* A copy of model_rel (a file of ../shared, or an absolute path) changed as v says. */
 static const char *write_variant(const char *model_rel, const variant *v, const char *name) {
     static char path[300];
     snprintf(path, sizeof path, "%s/%s.gguf", tmp_dir, name);
     corral_error err;
-    gguf_file *src = gguf_open(test_shared_path(model_rel), &err);
+    gguf_file *src = gguf_open(model_rel[0] == '/' ? model_rel : test_shared_path(model_rel), &err);
     ck_assert_msg(src != NULL, "%s", err.message);
     gguf_str arch;
     ck_assert_int_eq(gguf_get_str(src, "general.architecture", &arch, &err), CORRAL_OK);
     gguf_builder *b = gguf_builder_new();
-    for (uint64_t i = 0; i < gguf_kv_count(src); i++)
+    for (uint64_t i = 0; i < gguf_kv_count(src); i++) {
+        const gguf_str key = gguf_kv_key(src, i);
+        if (v->drop_key && key.len == strlen(v->drop_key) &&
+            memcmp(key.data, v->drop_key, key.len) == 0)
+            continue;
         ck_assert_int_eq(gguf_builder_copy_kv(b, src, i), CORRAL_OK);
+    }
     if (v->set_key) gguf_builder_set_u32(b, v->set_key, v->set_value);
     if (v->set_f32_key) gguf_builder_set_f32(b, v->set_f32_key, v->set_f32_value);
     padded pad = {0};
@@ -438,10 +445,11 @@ END_TEST
 /* ---- sliding-window attention far out ------------------------------------------------------ */
 
 /* A small gemma3 with a window of 8 over 2048 positions (generated vocabulary of 300): every layer
- * slides (pattern 0), or one in two (pattern 2). */
-static const char *write_window_model(uint32_t pattern, const char *name) {
+ * slides (pattern 0), or one in two (pattern 2); n_layer layers (0: synth's default, 2). */
+static const char *write_window_model_layers(uint32_t pattern, uint32_t n_layer, const char *name) {
     synth_params p = synth_params_default();
     snprintf(p.arch, sizeof p.arch, "gemma3");
+    if (n_layer) p.n_layer = n_layer;
     p.n_embd = 64;
     p.n_head = 2;
     p.n_head_kv = 1;
@@ -461,6 +469,10 @@ static const char *write_window_model(uint32_t pattern, const char *name) {
     corral_error err;
     ck_assert_msg(synth_write(&p, path, NULL, &err) == CORRAL_OK, "%s", err.message);
     return path;
+}
+
+static const char *write_window_model(uint32_t pattern, const char *name) {
+    return write_window_model_layers(pattern, 0, name);
 }
 
 enum { WINDOW_RUN = 1300, WINDOW_VOCAB = 300 };
@@ -571,6 +583,55 @@ START_TEST(test_window_bit_identical_however_cut) {
     free(want);
     free(got);
     model_destroy(&m);
+}
+END_TEST
+
+/* Gemma 3 files as llama.cpp's converter writes them have no sliding_window_pattern: llama.cpp
+ * slides the first five layers of every six, and so must corral. A 12-layer model with the key
+ * (6) and its copy without it: the same layers slide and the logits are the same bits; with the
+ * key at 2 they differ (the check sees the pattern). */
+START_TEST(test_gemma3_without_a_pattern_key_slides_five_layers_of_six) {
+    char with_key[300];
+    snprintf(with_key, sizeof with_key, "%s", write_window_model_layers(6, 12, "pattern-6"));
+    char without[300]; /* write_variant's answer is its static buffer: kept before the next */
+    snprintf(without, sizeof without, "%s",
+             write_variant(with_key,
+                           &(variant){.drop_key = "gemma3.attention.sliding_window_pattern"},
+                           "no-pattern"));
+    char other[300];
+    snprintf(other, sizeof other, "%s",
+             write_variant(
+                 with_key,
+                 &(variant){.set_key = "gemma3.attention.sliding_window_pattern", .set_value = 2},
+                 "pattern-2"));
+    model *a = load(with_key, MODEL_COMPUTE_FAST);
+    model *b = load(without, MODEL_COMPUTE_FAST);
+    model *c = load(other, MODEL_COMPUTE_FAST);
+    const model_hparams *hp = model_get_hparams(b);
+    ck_assert_uint_eq(hp->n_layer, 12);
+    ck_assert_uint_eq(hp->swa_pattern, 6);
+    ck_assert_uint_eq(hp->n_swa_layers, 10);
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        ck_assert_int_eq(model_layer_slides(b, il), il % 6 < 5);
+        ck_assert_int_eq(model_layer_slides(a, il), model_layer_slides(b, il));
+    }
+    enum { N = 40 }; /* 5 windows of 8: the full layers see what the sliding ones do not */
+    int32_t ids[N];
+    window_tokens(ids, N);
+    float *la = malloc(sizeof(float) * N * WINDOW_VOCAB);
+    float *lb = malloc(sizeof(float) * N * WINDOW_VOCAB);
+    float *lc = malloc(sizeof(float) * N * WINDOW_VOCAB);
+    run_tail(a, ids, N, N, 64, 0, la);
+    run_tail(b, ids, N, N, 64, 0, lb);
+    run_tail(c, ids, N, N, 64, 0, lc);
+    ck_assert(memcmp(la, lb, sizeof(float) * N * WINDOW_VOCAB) == 0);
+    ck_assert_double_gt(max_diff(la, lc, (size_t)N * WINDOW_VOCAB, NULL), 1e-3);
+    free(la);
+    free(lb);
+    free(lc);
+    model_destroy(&c);
+    model_destroy(&b);
+    model_destroy(&a);
 }
 END_TEST
 
@@ -685,6 +746,7 @@ static Suite *arch_suite(void) {
                         (int)(sizeof LONG_STEMS / sizeof LONG_STEMS[0]));
     tcase_add_test(core, test_decoupled_head_size);
     tcase_add_test(core, test_logit_softcap);
+    tcase_add_test(core, test_gemma3_without_a_pattern_key_slides_five_layers_of_six);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_checked_fixture(limits, tmp_setup, tmp_teardown);
