@@ -6,7 +6,8 @@ For each: a LoRA variant (a synthetic adapter merged by the daemon) generates wh
 alone generates from the file `corral merge` writes; sessions keep their conversation while their
 model's weights are swapped out and back under a memory budget where two of three models fit
 (the budget and the conversation are test_memory.py's); and for gemma3, a session whose
-sliding-window cache has moved its rows is written to the swap directory and read back.
+sliding-window cache has moved its rows is written to the swap directory and read back. A model
+configured beyond 4,096 positions serves a prompt longer than that.
 The references are the engine's own output run in one process (`corral run-local`), whose logits
 unit.arch and unit.model check against llama.cpp's.
 """
@@ -247,3 +248,22 @@ def test_window_cache_swapped_out_and_back(start_corrald, tmp_path: Path) -> Non
     assert kept[1][0] > 600, kept  # past the window's rows: they moved
     assert swapped == kept
     assert swapped[2][1] < swapped[1][1] - 500  # the second turn came from the swapped cache
+
+
+def test_a_context_beyond_4096_positions_is_served(start_corrald) -> None:
+    """A model configured with 8,192 positions (Llama 3 RoPE scaling, trained for 8,192) serves a
+    prompt of more than 5,000 tokens: the daemon's greedy text equals the engine's in one process,
+    and Done counts the whole prompt (no cap at 4,096 anywhere between the config and the cache)."""
+    base = shared_path("models/synth-llama3rope-f32.gguf")
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "into"]
+    prompt = " ".join(words[(i * 7 + i // 5) % len(words)] for i in range(3000))
+    d = start_corrald(f"models:\n  - name: long\n    path: {base}\n    context: 8192\n")
+    with Client(d.endpoint, timeout=120) as c:
+        assert {m.name: m for m in c.list_models()}["long"].context == 8192
+        r = c.generate("long", prompt, max_tokens=8, temperature=0.0, return_done=True)
+    assert r.done.prompt_tokens > 4096, r.done
+    out = corral("run-local", base, "-p", prompt, "-n", "8", "--temp", "0", "-c", "8192")
+    text = out.stdout.decode()
+    assert text.startswith(prompt) and text.endswith("\n")
+    assert r.text == text[len(prompt):-1]
+    assert r.done.generated_tokens == 8, r.done  # greedy on this file: no end token in 8
