@@ -105,35 +105,96 @@ static size_t chat_next_turn(const core_generate *g, size_t first, size_t n) {
     return next;
 }
 
-/* Render the chat's messages 0..n_sys and *first..n through the template and tokenize them into
- * *ids (*n). Under context_overflow truncate_oldest, while the prompt and a reserve for the
- * answer — max_tokens, at most a quarter of the context — do not fit, the oldest turn goes
- * (*first moves on) and the chat is rendered again, until only the system messages and the last
- * message are left; whether that fits is prepare_generate's check. Dropping whole turns from the
- * front keeps every kept message's text as it was, so a session's cache still matches up to the
- * first dropped message (the system prompt) and is recomputed from there. */
+/* Render the chat's messages 0..n_sys and first..n through the template and tokenize them into
+ * *ids (*n; malloc'ed). */
+static corral_status chat_render(sjob *sj, chat_template tmpl, char **clean, size_t n_sys,
+                                 size_t first, chat_message *msgs, int32_t **ids, size_t *n,
+                                 corral_error *err) {
+    const core_generate *g = &sj->j->req.generate;
+    size_t k = 0;
+    for (size_t i = 0; i < n_sys; i++)
+        msgs[k++] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
+    for (size_t i = first; i < g->n_messages; i++)
+        msgs[k++] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
+    *ids = NULL;
+    sj->chat_renders++;
+    const corral_status st =
+        prompt_tokenize_chat(model_get_tokenizer(sj->model->m), tmpl, msgs, k, ids, n, err);
+    if (st != CORRAL_OK) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return st;
+}
+
+/* Render and tokenize the chat from *first (chat_render). Under context_overflow truncate_oldest,
+ * when the prompt and a reserve for the answer — max_tokens, at most a quarter of the context —
+ * do not fit, the oldest turns go (*first moves on, turn by turn) until they do, or until only
+ * the system messages and the last message are left; whether that fits is prepare_generate's
+ * check. Dropping whole turns from the front keeps every kept message's text as it was, so a
+ * session's cache still matches up to the first dropped message (the system prompt) and is
+ * recomputed from there.
+ *
+ * The fewest turns to drop are found by doubling, then halving, the turns dropped: a chat of T
+ * turns is tokenized O(log T) times, not once per turn dropped (a hostile chat of many tiny
+ * turns made that quadratic, and held the preparer, which every request goes through). Fewer
+ * turns take fewer tokens (up to the tokenizer's merges at the cut), so this finds the start that
+ * dropping one turn at a time would, and always one that fits (or the last). */
 static corral_status chat_fit(sjob *sj, chat_template tmpl, char **clean, size_t n_sys,
                               size_t *first, chat_message *msgs, int32_t **ids, size_t *n,
                               corral_error *err) {
     const core_generate *g = &sj->j->req.generate;
     const sched_model *sm = sj->model;
-    const tokenizer *tok = model_get_tokenizer(sm->m);
     const size_t n_texts = g->n_messages;
-    const bool truncate = sj->entry->context_overflow == CFG_OVERFLOW_TRUNCATE_OLDEST;
     const uint32_t reserve = sj->max_tokens < sm->context / 4 ? sj->max_tokens : sm->context / 4;
-    for (;;) {
-        size_t k = 0;
-        for (size_t i = 0; i < n_sys; i++)
-            msgs[k++] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
-        for (size_t i = *first; i < n_texts; i++)
-            msgs[k++] = (chat_message){.role = g->messages[i].role, .content = clean[i]};
-        const corral_status st = prompt_tokenize_chat(tok, tmpl, msgs, k, ids, n, err);
-        if (st != CORRAL_OK || !truncate || *n + reserve <= sm->context || *first + 1 >= n_texts)
-            return st;
+    corral_status st = chat_render(sj, tmpl, clean, n_sys, *first, msgs, ids, n, err);
+    if (st != CORRAL_OK || sj->entry->context_overflow != CFG_OVERFLOW_TRUNCATE_OLDEST ||
+        *n + reserve <= sm->context || *first + 1 >= n_texts)
+        return st;
+    /* Where each turn starts, from *first; the last start is the last message. */
+    size_t *starts = malloc(n_texts * sizeof *starts);
+    if (!starts) {
         free(*ids);
         *ids = NULL;
-        *first = chat_next_turn(g, *first, n_texts);
+        return corral_error_set(err, CORRAL_OUT_OF_MEMORY, "out of memory");
     }
+    size_t n_starts = 0;
+    for (size_t at = *first;; at = chat_next_turn(g, at, n_texts)) {
+        starts[n_starts++] = at;
+        if (at + 1 >= n_texts) break;
+    }
+    /* starts[bad] does not fit (starts[0] did not); starts[good] fits, or is the last. */
+    size_t bad = 0, good = n_starts - 1, step = 1;
+    int32_t *good_ids = NULL;
+    size_t good_n = 0;
+    while (bad + 1 < good) {
+        /* Doubling until a start fits, then halving between the two. */
+        const size_t probe = !good_ids && step < good - bad ? bad + step : bad + (good - bad) / 2;
+        int32_t *probe_ids;
+        size_t probe_n;
+        st = chat_render(sj, tmpl, clean, n_sys, starts[probe], msgs, &probe_ids, &probe_n, err);
+        if (st != CORRAL_OK) break;
+        if (probe_n + reserve <= sm->context) {
+            free(good_ids);
+            good_ids = probe_ids, good_n = probe_n, good = probe;
+        } else {
+            free(probe_ids);
+            bad = probe;
+            step *= 2;
+        }
+    }
+    free(*ids);
+    *ids = NULL;
+    if (st == CORRAL_OK && !good_ids)
+        st = chat_render(sj, tmpl, clean, n_sys, starts[good], msgs, &good_ids, &good_n, err);
+    if (st == CORRAL_OK) {
+        *first = starts[good];
+        *ids = good_ids, *n = good_n;
+    } else {
+        free(good_ids);
+    }
+    free(starts);
+    return st;
 }
 
 /* Run the profile over every piece of user text (the prompt, or each message's content) and
@@ -252,7 +313,8 @@ static corral_status prepare_generate(sjob *sj, const char **rule, corral_error 
     if (st == CORRAL_OK && sj->dropped_messages)
         log_debug("chat truncated to fit the context", LOG_UINT("id", sj->j->id),
                   LOG_STR("model", sm->name), LOG_UINT("dropped", sj->dropped_messages),
-                  LOG_UINT("prompt", n_prompt), LOG_UINT("context", sm->context));
+                  LOG_UINT("prompt", n_prompt), LOG_UINT("context", sm->context),
+                  LOG_UINT("renders", sj->chat_renders));
     sj->n_prompt = (uint32_t)n_prompt;
     if (st == CORRAL_OK) {
         sj->cap_generated = sj->max_tokens;

@@ -199,6 +199,7 @@ typedef struct sjob {
     int32_t *prompt; /* prompt ids (whole prompt, session prefix included) */
     uint32_t n_prompt;
     uint32_t dropped_messages; /* a chat's oldest messages left out to fit the context */
+    uint32_t chat_renders;     /* times its chat was rendered and tokenized to fit (logged) */
     uint32_t n_prefilled;      /* prompt ids run so far (counting the reused prefix) */
     uint32_t n_cached;         /* ids taken from the session's KV cache */
     int32_t *generated;        /* generated ids, for sessions */

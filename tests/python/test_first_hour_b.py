@@ -25,6 +25,7 @@ behaviour took (its 30 s timeouts).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import pty
 import re
@@ -466,6 +467,39 @@ def test_a_long_chat_drops_its_oldest_turns(start_corrald):
                            match=r"the prompt has \d+ tokens; the context of model 'strict' "
                                  r"holds 256 \(its context_overflow is error"):
             c.chat("strict", msgs, max_tokens=40)
+
+
+def test_a_chat_of_many_turns_is_fitted_in_few_tokenizations(start_corrald):
+    """Fitting a long chat drops the fewest oldest turns, found by doubling and halving: the chat
+    is rendered and tokenized O(log turns) times (the debug line's `renders`), not once per turn
+    dropped, which a chat of many tiny turns made quadratic on the preparer every request goes
+    through. The start found is the first that fits: one turn more does not."""
+    d = start_corrald(
+        "log_level: debug\n"
+        f"models:\n  - {{name: stories, path: {STORIES}, context: 256, template: chatml}}\n"
+    )
+    msgs = []
+    for i in range(2000):
+        msgs.append({"role": "user", "content": "the cat " * (1 + i % 5)})
+        msgs.append({"role": "assistant", "content": "a dog" + " ran" * (i % 3)})
+    msgs.append({"role": "user", "content": "Once upon a time"})
+    with Client(d.endpoint, timeout=60) as c:
+        r = c.chat("stories", msgs, max_tokens=16, temperature=0, return_done=True)
+        dropped = r.done.dropped_messages
+        assert 0 < dropped < len(msgs) - 1 and dropped % 2 == 0, r.done
+        assert r.done.prompt_tokens + 16 <= 256, r.done
+        line = next(l for l in d.log().splitlines() if "chat truncated to fit" in l)
+        renders = int(re.search(r"renders=(\d+)", line).group(1))
+        # The bytes check leaves out what can never fit without tokenizing it; of the turns
+        # left, about 2 log2 are tried (one at a time: as many as were dropped after it).
+        assert renders <= 2 * math.ceil(math.log2(len(msgs))) + 2, line
+        # The first start that fits: what it kept fits as it is; one turn more does not.
+        kept = msgs[dropped:]
+        again = c.chat("stories", kept, max_tokens=16, temperature=0, return_done=True)
+        assert again.done.dropped_messages == 0 and again.text == r.text, again.done
+        more = c.chat("stories", msgs[dropped - 2:], max_tokens=16, temperature=0,
+                      return_done=True)
+        assert more.done.dropped_messages == 2, more.done
 
 
 # --- finding 6: the chat REPL --------------------------------------------------------------------
