@@ -11,11 +11,13 @@ that every byte the server sends can be checked.
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -686,12 +688,16 @@ def test_bearer_keys_map_to_apps(start_corrald, tmp_path):
 
 
 def non_loopback_ipv4() -> str | None:
-    """An IPv4 address of this machine other than loopback, or None when it has none."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True)
-    for line in out.stdout.splitlines():
-        fields = line.split()
-        if "inet" in fields:
-            address = fields[fields.index("inet") + 1].split("/")[0]
+    """An IPv4 address of this machine other than loopback, or None when it has none (asked of
+    each interface with SIOCGIFADDR: no tool such as `ip` needs to be installed)."""
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                info = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on this interface
+                continue
+            address = socket.inet_ntoa(info[20:24])
             if not address.startswith("127."):
                 return address
     return None
