@@ -56,8 +56,8 @@ def api(start_corrald):
     return daemon, port
 
 
-def request(port: int, method: str, path: str, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def request(port: int, method: str, path: str, body=None, headers=None, host="127.0.0.1"):
+    conn = http.client.HTTPConnection(host, port, timeout=30)
     data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
     conn.request(method, path, body=data, headers={"Content-Type": "application/json",
                                                    **(headers or {})})
@@ -65,6 +65,13 @@ def request(port: int, method: str, path: str, body=None, headers=None):
     payload = r.read()
     conn.close()
     return r, payload
+
+
+def send_post(s: socket.socket, path: str, body: bytes, headers: bytes = b"") -> None:
+    """Write a POST of `body` to `path` on a raw socket, with `headers` (CRLF-terminated lines)
+    after Host, for tests that must control what is read and when."""
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + headers
+              + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
 def error_of(payload: bytes) -> dict:
@@ -347,8 +354,7 @@ def test_client_disconnect_mid_stream_cancels_the_generation(api):
     s.connect(("127.0.0.1", port))
     body = json.dumps({"model": "stories", "messages": [{"role": "user", "content": PROMPT}],
                        "max_tokens": 2000, "temperature": 0, "stream": True}).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: gone-1\r\n"
-              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    send_post(s, "/v1/chat/completions", body, b"X-Request-Id: gone-1\r\n")
     got = b""
     while b"data: " not in got:
         chunk = s.recv(1024)
@@ -382,27 +388,37 @@ def slow_model(tmp_path_factory):
     path.unlink()
 
 
-def test_client_disconnect_before_a_whole_answer_cancels_it(start_corrald, slow_model):
-    """A non-streamed request: the client sends it, waits until the core computes it, and closes
-    the connection. The daemon notices (it watches the sockets of requests waiting for the core),
-    cancels the generation mid-way and logs it."""
+def slow_config(port: int, slow_model) -> str:
+    return http_config(port, tail=f"  - name: slow\n    path: {slow_model}\n    context: 2048\n")
+
+
+def slow_body(stream: bool) -> bytes:
+    """2,000 tokens of the slow model: the constraint allows no end of generation before."""
+    return json.dumps({"model": "slow", "prompt": PROMPT, "max_tokens": 2000, "temperature": 0,
+                       "stream": stream, "corral": {"regex": "(?:[ -~]{1000}){4}"}}).encode()
+
+
+def wait_until_slow_computes(daemon) -> None:
+    """Until the core runs a request of the slow model (Status says it is active)."""
     from corral import Client
 
-    port = free_port()
-    daemon = start_corrald(
-        http_config(port, tail=f"  - name: slow\n    path: {slow_model}\n    context: 2048\n"))
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    # The constraint allows no end of generation before 2,000 tokens.
-    body = json.dumps({"model": "slow", "prompt": PROMPT, "max_tokens": 2000, "temperature": 0,
-                       "corral": {"regex": "(?:[ -~]{1000}){4}"}}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: gone-2\r\n"
-              b"Content-Type: application/json\r\nContent-Length: "
-              + str(len(body)).encode() + b"\r\n\r\n" + body)
     with Client(daemon.endpoint, timeout=30) as c:
         deadline = time.monotonic() + 25
         while c.status("slow").model("slow").active == 0:
             assert time.monotonic() < deadline, daemon.log()
             time.sleep(0.01)
+
+
+def test_client_disconnect_before_a_whole_answer_cancels_it(start_corrald, slow_model):
+    """A non-streamed request: the client sends it, waits until the core computes it, and closes
+    the connection. The daemon notices (it watches the sockets of requests waiting for the core),
+    cancels the generation mid-way and logs it."""
+    port = free_port()
+    daemon = start_corrald(slow_config(port, slow_model))
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    send_post(s, "/v1/completions", slow_body(stream=False),
+              b"X-Request-Id: gone-2\r\nContent-Type: application/json\r\n")
+    wait_until_slow_computes(daemon)
     s.close()
 
     def line(*parts: str) -> str | None:
@@ -431,8 +447,7 @@ def test_stop_with_http_requests_in_flight():
         stalled.connect(("127.0.0.1", port))
         body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": 2000,
                            "temperature": 0, "stream": True}).encode()
-        stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
-                        + str(len(body)).encode() + b"\r\n\r\n" + body)
+        send_post(stalled, "/v1/completions", body)
         assert stalled.recv(64).startswith(b"HTTP/1.1 200")
         idle = socket.create_connection(("127.0.0.1", port))
         partial = socket.create_connection(("127.0.0.1", port))
@@ -447,23 +462,11 @@ def test_stop_with_http_requests_in_flight():
 def test_shutdown_ends_a_running_request_with_503_or_an_error_event(slow_model, stream):
     """SIGTERM while the core computes a request: a whole answer is a 503 naming the shutdown; a
     stream that began with 200 ends with that error as its last event and the chunked terminator."""
-    from corral import Client
-
     port = free_port()
-    with running_corrald(
-        http_config(port, tail=f"  - name: slow\n    path: {slow_model}\n    context: 2048\n")
-    ) as daemon:
+    with running_corrald(slow_config(port, slow_model)) as daemon:
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
-        body = json.dumps({"model": "slow", "prompt": PROMPT, "max_tokens": 2000,
-                           "temperature": 0, "stream": stream,
-                           "corral": {"regex": "(?:[ -~]{1000}){4}"}}).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        with Client(daemon.endpoint, timeout=30) as c:
-            deadline = time.monotonic() + 25
-            while c.status("slow").model("slow").active == 0:
-                assert time.monotonic() < deadline, daemon.log()
-                time.sleep(0.01)
+        send_post(s, "/v1/completions", slow_body(stream), b"Content-Type: application/json\r\n")
+        wait_until_slow_computes(daemon)
         daemon.process.send_signal(signal.SIGTERM)
         raw = b""
         while chunk := s.recv(65536):
@@ -492,8 +495,7 @@ def open_stalled_stream(port: int, max_tokens: int = 2000) -> socket.socket:
     s.connect(("127.0.0.1", port))
     body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": max_tokens,
                        "temperature": 0, "stream": True}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
-              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    send_post(s, "/v1/completions", body)
     assert s.recv(64).startswith(b"HTTP/1.1 200")
     return s
 
@@ -716,15 +718,10 @@ def test_a_client_beyond_loopback_needs_a_key(start_corrald, tmp_path):
         f'http:\n  listen: ["{address}:{port}"]\n'
         f"  keys: [{{key_file: {tmp_path / 'remote.key'}, app: remote}}]\n"
         + stories_config() + "apps:\n  - name: remote\n    models: [stories]\n")
-    body = json.dumps({"model": "stories", "prompt": PROMPT, "max_tokens": 2})
+    body = {"model": "stories", "prompt": PROMPT, "max_tokens": 2}
 
     def post(headers: dict) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection(address, port, timeout=30)
-        conn.request("POST", "/v1/completions", body=body,
-                     headers={"Content-Type": "application/json", **headers})
-        r = conn.getresponse()
-        payload = r.read()
-        conn.close()
+        r, payload = request(port, "POST", "/v1/completions", body, headers, host=address)
         return r.status, payload
 
     status, payload = post({})
